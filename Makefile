@@ -1,0 +1,43 @@
+# Two commands: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+NODE_MODULES := azurite/node_modules/.package-lock.json
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+setup: $(VENV)/.installed $(NODE_MODULES)
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Python 3.11 or newer is needed (found $(PYTHON))"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# npm ci installs exactly the versions in package-lock.json; Azurite needs no install scripts.
+$(NODE_MODULES): azurite/package.json azurite/package-lock.json
+	npm ci --prefix azurite --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+demo: setup
+	$(PY) -m azurite.launcher -- $(PY) examples/stream_walkthrough.py
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: setup
+	$(PY) -m mypy
+
+unit: setup
+	$(PY) -m pytest
+
+test: lint typecheck unit
+
+bench: setup
+	$(PY) benchmarks/bench_stream.py
+
+clean:
+	rm -rf $(VENV) azurite/node_modules .pytest_cache .mypy_cache .ruff_cache

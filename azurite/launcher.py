@@ -1,0 +1,258 @@
+"""Start Azurite's Table service for tests, the demo and the benchmarks.
+
+Nobody starts Azurite by hand: this module installs nothing, but finds the
+``azurite-table`` binary that ``npm ci --prefix azurite`` put into
+``azurite/node_modules``, starts it on a free loopback port with telemetry off,
+waits until it answers HTTP, and stops it again.
+
+As a library::
+
+    with AzuriteTable() as azurite:
+        client = TableServiceClient.from_connection_string(azurite.connection_string)
+
+As a command, it runs another command with ``STREAMSTONE_CONNECTION_STRING``
+set and stops Azurite when that command ends::
+
+    python -m azurite.launcher -- python examples/stream_walkthrough.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["CONNECTION_STRING_ENV", "AzuriteError", "AzuriteTable", "main"]
+
+CONNECTION_STRING_ENV = "STREAMSTONE_CONNECTION_STRING"
+
+# Azurite's fixed development account. The key is public (it is documented by
+# Microsoft for every emulator), yet it is still never printed by this module.
+_ACCOUNT = "devstoreaccount1"
+_ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+_HOST = "127.0.0.1"
+_BIN = Path(__file__).resolve().parent / "node_modules" / ".bin" / "azurite-table"
+
+
+class AzuriteError(RuntimeError):
+    """Azurite could not be found, started or stopped."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(port: int) -> bool:
+    """True once Azurite speaks HTTP on ``port`` (any status counts)."""
+    conn = http.client.HTTPConnection(_HOST, port, timeout=1.0)
+    try:
+        conn.request("GET", f"/{_ACCOUNT}/Tables")
+        conn.getresponse().read()
+        return True
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+class AzuriteTable:
+    """One Azurite Table service process on a free 127.0.0.1 port.
+
+    ``location=None`` keeps all data in memory; a directory keeps it on disk so
+    that it survives :meth:`restart`. Use it as a context manager, or call
+    :meth:`start` and :meth:`stop`; it is also stopped when the interpreter exits.
+    """
+
+    def __init__(
+        self,
+        *,
+        location: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+        binary: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._binary = Path(binary) if binary is not None else _BIN
+        self._location = Path(location) if location is not None else None
+        self._startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self._log: Path | None = None
+        self.port: int | None = None
+
+    def __repr__(self) -> str:
+        state = f"port={self.port}" if self.running else "stopped"
+        return f"AzuriteTable({state})"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def endpoint(self) -> str:
+        if self.port is None:
+            raise AzuriteError("Azurite has not been started")
+        return f"http://{_HOST}:{self.port}/{_ACCOUNT}"
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={_ACCOUNT};"
+            f"AccountKey={_ACCOUNT_KEY};TableEndpoint={self.endpoint};"
+        )
+
+    def start(self) -> AzuriteTable:
+        """Start the service (on the same port as before after a stop) and wait until it answers."""
+        if self.running:
+            return self
+        if not self._binary.exists():
+            raise AzuriteError(
+                f"{self._binary} does not exist; install Azurite with "
+                "'npm ci --prefix azurite' (make does this for you)"
+            )
+        if self._workdir is None:
+            # Azurite writes its debug and extent files into its working directory.
+            self._workdir = tempfile.TemporaryDirectory(prefix="azurite-")
+        attempts = 1 if self.port is not None else 5
+        last_error = ""
+        for _ in range(attempts):
+            port = self.port if self.port is not None else _free_port()
+            started, last_error = self._spawn(port)
+            if started:
+                self.port = port
+                atexit.register(self.stop)
+                return self
+        raise AzuriteError(f"Azurite did not start: {last_error}")
+
+    def _spawn(self, port: int) -> tuple[bool, str]:
+        assert self._workdir is not None
+        args = [
+            str(self._binary),
+            "--tableHost", _HOST,
+            "--tablePort", str(port),
+            "--skipApiVersionCheck",
+            "--disableTelemetry",
+            "--silent",
+        ]  # fmt: skip
+        if self._location is None:
+            args.append("--inMemoryPersistence")
+        else:
+            self._location.mkdir(parents=True, exist_ok=True)
+            args += ["--location", str(self._location)]
+        self._log = Path(self._workdir.name) / "azurite.log"
+        with open(self._log, "ab") as log:
+            self._process = subprocess.Popen(
+                args,
+                cwd=self._workdir.name,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # so stop() can end node and its children together
+            )
+        deadline = time.monotonic() + self._startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                break
+            if _answers(port):
+                return True, ""
+            time.sleep(0.1)
+        output = self._log.read_text(errors="replace")[-2000:]
+        self._terminate()
+        return False, f"port {port}: {output.strip() or 'no answer in time'}"
+
+    def _terminate(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop the service; in-memory data is gone, on-disk data stays for a restart."""
+        self._terminate()
+
+    def restart(self) -> None:
+        """Stop and start again on the same port (keeps data only with ``location``)."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the service and remove its working directory."""
+        self.stop()
+        atexit.unregister(self.stop)
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    def __enter__(self) -> AzuriteTable:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def account() -> Iterator[str]:
+    """The connection string in ``STREAMSTONE_CONNECTION_STRING``, else a fresh Azurite's."""
+    given = os.environ.get(CONNECTION_STRING_ENV)
+    if given:
+        yield given
+        return
+    with AzuriteTable() as azurite:
+        yield azurite.connection_string
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command beside a fresh Azurite; return the command's exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m azurite.launcher",
+        description=f"Start Azurite, run COMMAND with {CONNECTION_STRING_ENV} set, stop Azurite.",
+    )
+    parser.add_argument("--location", help="keep data in this directory instead of memory")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give a command to run after --")
+    if shutil.which(command[0]) is None and not Path(command[0]).exists():
+        parser.error(f"command not found: {command[0]!r}")
+    with AzuriteTable(location=args.location) as azurite:
+        print(f"azurite: Table service on {azurite.endpoint}", file=sys.stderr)
+        env = dict(os.environ, **{CONNECTION_STRING_ENV: azurite.connection_string})
+        child = subprocess.Popen(command, env=env)
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            child.send_signal(signal.SIGINT)
+            return child.wait()
+        finally:
+            print("azurite: stopped", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""What every benchmark shares: an account, paired timing, and the JSON line format.
+
+See BENCHMARKS.md in the project docs: one JSON object per measurement on
+stdout, the peer measured in the same run beside the value, medians of
+repeats with min and max, and a correctness check that fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from azurite.launcher import account  # noqa: E402
+
+__all__ = ["account", "check", "emit", "log", "machine", "paired", "timed"]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+class CheckFailed(SystemExit):
+    def __init__(self, message: str) -> None:
+        log(f"CHECK FAILED: {message}")
+        super().__init__(1)
+
+
+def check(condition: bool, message: str) -> None:
+    """A fast wrong answer is not a result: stop the run with a failure."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def paired(
+    value: Callable[[int], float], peer: Callable[[int], float], repeats: int
+) -> tuple[list[float], list[float]]:
+    """Run value and peer alternately (each gets the repeat index); return both series.
+
+    Alternating, and swapping who goes first, spreads drift of a shared
+    machine over both sides instead of charging it to one.
+    """
+    values: list[float] = []
+    peers: list[float] = []
+    for i in range(repeats):
+        if i % 2 == 0:
+            values.append(value(i))
+            peers.append(peer(i))
+        else:
+            peers.append(peer(i))
+            values.append(value(i))
+    return values, peers
+
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def emit(
+    name: str,
+    unit: str,
+    better: str,
+    values: list[float],
+    peer: str | None,
+    peers: list[float] | None,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    value = statistics.median(values)
+    peer_value = statistics.median(peers) if peers else None
+    record = {
+        "name": name,
+        "unit": unit,
+        "better": better,
+        "value": round(value, 3),
+        "peer": peer,
+        "peer_value": round(peer_value, 3) if peer_value is not None else None,
+        "ratio": round(value / peer_value, 3) if peer_value else None,
+        "params": params,
+        "repeats": len(values),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+    print(json.dumps(record), flush=True)
+    return record

@@ -1,0 +1,156 @@
+"""Engine cost beside raw azure-data-tables calls of the same rows.
+
+- ``stream.write``: ``Stream.write`` of N events (with ids) to a new stream,
+  beside the same rows (header, event rows, id rows) sent as raw entity-group
+  transactions of at most 100 operations, each conditional on the header's
+  ETag like the engine's.
+- ``stream.read``: paging through a stream of M events with ``Stream.read``,
+  beside one raw range query over the same event rows.
+
+Run: ``python benchmarks/bench_stream.py [--quick]``. Target: ratio <= 1.15.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from typing import Any
+
+from _common import account, check, emit, log, machine, paired, timed
+from azure.core import MatchConditions
+from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+
+from streamstone_py import EventData, Partition, Stream
+
+
+def _events(count: int) -> list[EventData]:
+    return [
+        EventData(
+            id=f"m-{i}", properties={"Type": "ItemAdded", "Sku": f"SKU-{i % 97}", "Qty": i % 5}
+        )
+        for i in range(1, count + 1)
+    ]
+
+
+def _raw_rows(pk: str, events: list[EventData]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The engine's rows for these events, built by hand: (event row, id row)."""
+    out = []
+    for version, e in enumerate(events, start=1):
+        row = {"PartitionKey": pk, "RowKey": f"SS-SE-{version:010d}", **e.properties}
+        row.update(Version=version, SS_Id=e.id)
+        out.append((row, {"PartitionKey": pk, "RowKey": f"SS-UID-{e.id}", "Version": version}))
+    return out
+
+
+def raw_write(table: TableClient, pk: str, events: list[EventData]) -> None:
+    pairs = _raw_rows(pk, events)
+    per_batch = 49  # 98 rows + the header = 99 <= 100 operations, as the engine packs them
+    etag: str | None = None
+    version = 0
+    for start in range(0, len(pairs), per_batch):
+        chunk = pairs[start : start + per_batch]
+        version += len(chunk)
+        header = {"PartitionKey": pk, "RowKey": "SS-HEAD", "Version": version}
+        ops: list[Any] = (
+            [("create", header)]
+            if etag is None
+            else [
+                (
+                    "update",
+                    header,
+                    {
+                        "mode": UpdateMode.REPLACE,
+                        "etag": etag,
+                        "match_condition": MatchConditions.IfNotModified,
+                    },
+                )
+            ]
+        )
+        for row, id_row in chunk:
+            ops += [("create", row), ("create", id_row)]
+        etag = table.submit_transaction(ops)[0]["etag"]
+
+
+def raw_read(table: TableClient, pk: str, count: int) -> list[dict[str, Any]]:
+    return list(
+        table.query_entities(
+            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+            parameters={"pk": pk, "first": "SS-SE-0000000001", "last": f"SS-SE-{count:010d}"},
+            results_per_page=1000,
+        )
+    )
+
+
+def engine_read(partition: Partition) -> list[Any]:
+    events: list[Any] = []
+    start = 1
+    while True:
+        page = Stream.read(partition, start_version=start, slice_size=1000)
+        events += page.events
+        if page.is_end_of_stream:
+            return events
+        start = page.events[-1].version + 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
+    args = parser.parse_args()
+    write_n, read_n, repeats = (500, 2_000, 3) if args.quick else (2_000, 10_000, 7)
+    log(f"machine: {machine()}")
+
+    with account() as connection_string:
+        service = TableServiceClient.from_connection_string(connection_string)
+        table = service.create_table_if_not_exists("benchstream" + uuid.uuid4().hex[:8])
+        events = _events(write_n)
+        written: list[tuple[str, str]] = []
+
+        def engine(_: int) -> float:
+            partition = Partition(table, "e-" + uuid.uuid4().hex)
+            written.append(("engine", partition.partition_key))
+            return timed(lambda: Stream.write(Stream(partition), *events))
+
+        def raw(_: int) -> float:
+            pk = "r-" + uuid.uuid4().hex
+            written.append(("raw", pk))
+            return timed(lambda: raw_write(table, pk, events))
+
+        log(f"write: {write_n} events x {repeats} repeats, engine beside raw")
+        engine(0), raw(0)  # warm up connections and code paths
+        values, peers = paired(engine, raw, repeats)
+        for side, pk in written:
+            stored = list(
+                table.query_entities(
+                    "PartitionKey eq @pk", parameters={"pk": pk}, select=["RowKey"]
+                )
+            )
+            check(len(stored) == 1 + 2 * write_n, f"{side} write of {pk} stored {len(stored)} rows")
+        emit(
+            "stream.write", "ms", "lower", [v * 1000 for v in values],
+            "raw azure-data-tables transactions", [p * 1000 for p in peers],
+            {"events": write_n, "rows": 1 + 2 * write_n},
+        )  # fmt: skip
+
+        log(f"read: {read_n} events x {repeats} repeats, engine beside raw")
+        partition = Partition(table, "read-" + uuid.uuid4().hex)
+        Stream.write(Stream(partition), *_events(read_n))
+        engine_events = engine_read(partition)
+        raw_events = raw_read(table, partition.partition_key, read_n)
+        check([e.version for e in engine_events] == list(range(1, read_n + 1)), "engine read order")
+        check(len(raw_events) == read_n, f"raw read returned {len(raw_events)} rows")
+        values, peers = paired(
+            lambda _: timed(lambda: engine_read(partition)),
+            lambda _: timed(lambda: raw_read(table, partition.partition_key, read_n)),
+            repeats,
+        )
+        emit(
+            "stream.read", "ms", "lower", [v * 1000 for v in values],
+            "raw azure-data-tables range query", [p * 1000 for p in peers],
+            {"events": read_n, "slice_size": 1000},
+        )  # fmt: skip
+        service.delete_table(table.table_name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

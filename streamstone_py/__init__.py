@@ -1,0 +1,47 @@
+"""streamstone_py: event streams on Azure Table Storage.
+
+A Python port of Streamstone. A stream is one table partition: a header row
+that carries the stream's version, one row per event, and one row per event id
+for duplicate detection. Every write is an entity-group transaction that is
+conditional on the header's ETag, so concurrent writers never interleave and
+an event id is never stored twice.
+
+    >>> from streamstone_py import Partition, Stream, EventData
+    >>> partition = Partition(table_client, "order-42")          # doctest: +SKIP
+    >>> stream = Stream.provision(partition)                      # doctest: +SKIP
+    >>> event = EventData(id="m-1", properties={"Amount": 5})
+    >>> result = Stream.write(stream, event)                      # doctest: +SKIP
+
+Errors are documented together in :mod:`streamstone_py._errors`; they all
+derive from :class:`StreamstoneError`.
+"""
+
+from ._errors import (
+    ConcurrencyConflictError,
+    DuplicateEventError,
+    IncludedOperationConflictError,
+    StreamNotFoundError,
+    StreamstoneError,
+)
+from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
+from ._partition import Partition
+from ._stream import Stream
+from ._values import PropertyValue
+
+__all__ = [
+    "ConcurrencyConflictError",
+    "DuplicateEventError",
+    "EventData",
+    "Include",
+    "IncludedOperationConflictError",
+    "Partition",
+    "PropertyValue",
+    "RecordedEvent",
+    "Stream",
+    "StreamNotFoundError",
+    "StreamSlice",
+    "StreamstoneError",
+    "WriteResult",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Every error the engine raises, in one place.
+
+``StreamstoneError`` is the root of the storage-outcome errors:
+
+- :class:`ConcurrencyConflictError`: someone else changed the stream since the
+  header you hold was read (or a stream you meant to create already exists).
+  Re-open the stream and decide again.
+- :class:`DuplicateEventError`: an event with the same id is already stored in
+  the stream (or appears twice in one write). Nothing of that write was stored.
+- :class:`StreamNotFoundError`: the stream has no header row.
+- :class:`IncludedOperationConflictError`: an included entity could not be
+  written (it already exists, or its ETag is stale, or it is missing).
+
+Bad arguments are not storage outcomes: they raise the built-in ``ValueError``
+or ``TypeError``, naming the bad value, before any request is sent. Errors of
+the Azure SDK that the engine cannot interpret (authentication, a missing
+table) propagate unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._model import WriteResult
+    from ._partition import Partition
+
+__all__ = [
+    "ConcurrencyConflictError",
+    "DuplicateEventError",
+    "IncludedOperationConflictError",
+    "StreamNotFoundError",
+    "StreamstoneError",
+]
+
+
+class StreamstoneError(Exception):
+    """Base class of the errors that report a storage outcome."""
+
+
+class _PartitionError(StreamstoneError):
+    def __init__(self, partition: Partition, message: str) -> None:
+        super().__init__(f"{message} (partition {partition})")
+        self.partition = partition
+
+
+class _WriteError(_PartitionError):
+    #: For a write split over several transactions: what the earlier
+    #: transactions committed before this one failed (``None`` if nothing was).
+    committed: WriteResult | None = None
+
+
+class ConcurrencyConflictError(_WriteError):
+    """The stream changed since its header was read, or already exists.
+
+    The partition is left exactly as it was before the failing transaction.
+    """
+
+    def __init__(self, partition: Partition, reason: str) -> None:
+        super().__init__(partition, f"Concurrent write detected: {reason}")
+        self.reason = reason
+
+
+class DuplicateEventError(_WriteError):
+    """An event with this id already exists in the stream. ``id`` names it."""
+
+    def __init__(self, partition: Partition, id: str) -> None:
+        super().__init__(partition, f"An event with id {id!r} already exists in the stream")
+        self.id = id
+
+
+class StreamNotFoundError(_PartitionError):
+    """The stream's header row does not exist."""
+
+    def __init__(self, partition: Partition) -> None:
+        super().__init__(partition, "Stream not found")
+
+
+class IncludedOperationConflictError(_WriteError):
+    """An included entity operation failed; ``entity`` and ``operation`` name it."""
+
+    def __init__(
+        self, partition: Partition, operation: str, entity: Mapping[str, Any], code: str | None
+    ) -> None:
+        row_key = entity.get("RowKey")
+        detail = f" ({code})" if code else ""
+        super().__init__(
+            partition,
+            f"Included {operation!r} of entity with RowKey {row_key!r} had a conflict{detail}",
+        )
+        self.operation = operation
+        self.entity = entity
+        self.code = code

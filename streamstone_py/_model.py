@@ -1,0 +1,165 @@
+"""The values that go into and come out of a stream."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from ._partition import EVENT_PREFIX, HEADER_SUFFIX, ID_PREFIX, SEPARATOR, check_key
+from ._values import RESERVED_NAMES, SYSTEM_NAMES, PropertyValue, convert_properties, freeze
+
+if TYPE_CHECKING:
+    from ._stream import Stream
+
+__all__ = ["EventData", "Include", "RecordedEvent", "StreamSlice", "WriteResult"]
+
+IncludeOperation = Literal["insert", "replace", "delete", "insert_or_merge", "insert_or_replace"]
+
+_ENGINE_ROW_MARKERS: Final = (HEADER_SUFFIX, EVENT_PREFIX, ID_PREFIX)
+
+
+def _is_engine_row_key(row_key: str) -> bool:
+    tail = row_key.rpartition(SEPARATOR)[2]
+    return any(tail.startswith(marker) for marker in _ENGINE_ROW_MARKERS)
+
+
+@dataclass(frozen=True, slots=True)
+class Include:
+    """An extra entity written in the same transaction as an event.
+
+    Use the constructors: ``Include.insert(entity)``, ``Include.replace(entity)``,
+    ``Include.delete(entity)``, ``Include.insert_or_merge(entity)`` and
+    ``Include.insert_or_replace(entity)``. The entity's ``PartitionKey`` is set
+    to the stream's; its ``RowKey`` is required and may not be one of the
+    engine's row keys. ``replace`` and ``delete`` are conditional on ``etag``:
+    given explicitly, or taken from an entity read with azure-data-tables
+    (``entity.metadata["etag"]``); ``"*"`` makes them unconditional.
+    """
+
+    operation: IncludeOperation
+    entity: Mapping[str, Any]
+    etag: str | None = None
+
+    def __post_init__(self) -> None:
+        row_key = self.entity.get("RowKey") if isinstance(self.entity, Mapping) else None
+        check_key("included entity RowKey", row_key)
+        assert isinstance(row_key, str)
+        if _is_engine_row_key(row_key):
+            raise ValueError(f"included entity RowKey {row_key!r} is reserved for stream rows")
+        if self.operation in ("replace", "delete") and not self.etag:
+            raise ValueError(
+                f"included {self.operation!r} of RowKey {row_key!r} needs an etag "
+                "(pass etag='*' to make it unconditional)"
+            )
+        # Validate now, so a bad include fails where it is built, not at write time.
+        self.table_entity("")
+
+    @property
+    def row_key(self) -> str:
+        return str(self.entity["RowKey"])
+
+    def table_entity(self, partition_key: str) -> dict[str, Any]:
+        """The entity as sent: user properties converted, PartitionKey set."""
+        body = {k: v for k, v in self.entity.items() if k not in ("PartitionKey", "RowKey")}
+        converted = convert_properties(body, SYSTEM_NAMES, "included entity")
+        return {"PartitionKey": partition_key, "RowKey": self.row_key, **converted}
+
+    @staticmethod
+    def _etag_of(entity: Mapping[str, Any], etag: str | None) -> str | None:
+        if etag is not None:
+            return etag
+        metadata = getattr(entity, "metadata", None)
+        found = metadata.get("etag") if isinstance(metadata, Mapping) else None
+        return str(found) if found else None
+
+    @classmethod
+    def insert(cls, entity: Mapping[str, Any]) -> Include:
+        """Insert; fails if the row exists."""
+        return cls("insert", dict(entity))
+
+    @classmethod
+    def replace(cls, entity: Mapping[str, Any], etag: str | None = None) -> Include:
+        """Replace the whole row; fails if it is missing or its ETag changed."""
+        return cls("replace", dict(entity), cls._etag_of(entity, etag))
+
+    @classmethod
+    def delete(cls, entity: Mapping[str, Any], etag: str | None = None) -> Include:
+        """Delete the row; fails if it is missing or its ETag changed."""
+        return cls("delete", dict(entity), cls._etag_of(entity, etag))
+
+    @classmethod
+    def insert_or_merge(cls, entity: Mapping[str, Any]) -> Include:
+        """Insert, or merge these properties into the existing row."""
+        return cls("insert_or_merge", dict(entity))
+
+    @classmethod
+    def insert_or_replace(cls, entity: Mapping[str, Any]) -> Include:
+        """Insert, or replace the existing row."""
+        return cls("insert_or_replace", dict(entity))
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class EventData:
+    """An event to write.
+
+    ``id`` (optional) identifies the event for duplicate detection: a stream
+    never stores two events with the same id. ``properties`` are stored as the
+    event row's columns (str, int, float, bool, bytes, timezone-aware datetime
+    or UUID). ``includes`` are written in the same transaction.
+    """
+
+    id: str | None
+    properties: Mapping[str, PropertyValue]
+    includes: tuple[Include, ...]
+    _table_properties: Mapping[str, Any] = field(repr=False, compare=False)
+
+    def __init__(
+        self,
+        id: str | None = None,
+        properties: Mapping[str, PropertyValue] | None = None,
+        includes: Sequence[Include] = (),
+    ) -> None:
+        if id is not None:
+            check_key("event id", id)
+        converted = convert_properties(properties or {}, RESERVED_NAMES, "event")
+        for include in includes:
+            if not isinstance(include, Include):
+                raise TypeError(f"includes must be Include values, got {include!r}")
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "properties", freeze(properties))
+        object.__setattr__(self, "includes", tuple(includes))
+        object.__setattr__(self, "_table_properties", freeze(converted))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    """An event as stored: its version in the stream, its id and its properties."""
+
+    version: int
+    id: str | None
+    properties: Mapping[str, PropertyValue]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSlice:
+    """One page of a stream read: the header as read, and events in version order."""
+
+    stream: Stream
+    events: tuple[RecordedEvent, ...]
+    is_end_of_stream: bool
+
+    @property
+    def has_events(self) -> bool:
+        return bool(self.events)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """The outcome of a write: the new header (reuse it for the next write),
+    the events as recorded, and the included entities with their new ETags
+    (``None`` for deletes)."""
+
+    stream: Stream
+    events: tuple[RecordedEvent, ...]
+    includes: tuple[Include, ...] = ()

@@ -1,0 +1,364 @@
+"""The verbs. Each one prepares its rows, executes through a runner, and maps
+the storage outcome to the engine's errors (see ``_protocol``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from azure.core.exceptions import HttpResponseError, ResourceExistsError
+from azure.data.tables import TableTransactionError
+
+from . import _stream
+from ._errors import (
+    ConcurrencyConflictError,
+    DuplicateEventError,
+    IncludedOperationConflictError,
+    StreamNotFoundError,
+    StreamstoneError,
+    _WriteError,
+)
+from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
+from ._partition import Partition
+from ._protocol import (
+    Entity,
+    OperationKind,
+    Row,
+    Steps,
+    TableOperation,
+    create_entity,
+    get_entity,
+    query_entities,
+    submit_transaction,
+    update_entity,
+)
+from ._values import (
+    EVENT_ID,
+    RESERVED_NAMES,
+    VERSION,
+    check_entity,
+    convert_properties,
+    from_table,
+    payload_size,
+    plain_properties,
+    to_table,
+)
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_OPERATIONS",
+    "provision",
+    "read",
+    "set_properties",
+    "try_open",
+    "write",
+    "write_expected",
+]
+
+#: Operations in one entity-group transaction (Azure's limit).
+MAX_BATCH_OPERATIONS: Final = 100
+#: Request body of one entity-group transaction (Azure's limit).
+MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
+#: Largest slice one read returns; the table service pages at 1,000 anyway.
+MAX_SLICE_SIZE: Final = 100_000
+
+_INCLUDE_KINDS: Final[dict[str, OperationKind]] = {
+    "insert": "create",
+    "replace": "update_replace",
+    "delete": "delete",
+    "insert_or_merge": "upsert_merge",
+    "insert_or_replace": "upsert_replace",
+}
+
+
+# --- rows -----------------------------------------------------------------
+
+
+def _header_entity(partition: Partition, version: int, properties: Mapping[str, Any]) -> Entity:
+    return {
+        "PartitionKey": partition.partition_key,
+        "RowKey": partition.header_row_key,
+        **convert_properties(properties, RESERVED_NAMES, "stream"),
+        VERSION: to_table(VERSION, version),
+    }
+
+
+def _stream_from_row(partition: Partition, row: Row) -> _stream.Stream:
+    version = from_table(row.properties.get(VERSION, 0))
+    if not isinstance(version, int):
+        raise StreamstoneError(f"header of {partition} has a non-integer Version {version!r}")
+    properties = plain_properties(row.properties)
+    return _stream.Stream._stored(partition, row.etag, version, properties)
+
+
+def _recorded_from_row(row: Entity) -> RecordedEvent:
+    version = from_table(row[VERSION])
+    event_id = row.get(EVENT_ID)
+    assert isinstance(version, int)
+    return RecordedEvent(
+        version=version,
+        id=str(event_id) if event_id is not None else None,
+        properties=plain_properties(row),
+    )
+
+
+# --- provision, open, set_properties ------------------------------------------
+
+
+def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Steps[_stream.Stream]:
+    entity = _header_entity(partition, 0, properties or {})
+    check_entity(entity, "stream header")
+    try:
+        etag = yield from create_entity(entity)
+    except ResourceExistsError as exc:
+        # Azurite leaves error_code empty here, so the exception type decides.
+        raise ConcurrencyConflictError(partition, "the stream already exists") from exc
+    return _stream.Stream._stored(partition, etag, 0, properties or {})
+
+
+def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
+    row = yield from get_entity(partition.partition_key, partition.header_row_key)
+    return None if row is None else _stream_from_row(partition, row)
+
+
+def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Steps[_stream.Stream]:
+    if stream.etag is None:
+        raise ValueError("cannot set properties on a transient stream; provision or write it first")
+    partition = stream.partition
+    entity = _header_entity(partition, stream.version, properties)
+    check_entity(entity, "stream header")
+    try:
+        etag = yield from update_entity(entity, stream.etag)
+    except HttpResponseError as exc:
+        if exc.status_code in (404, 412):
+            raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
+        raise
+    return _stream.Stream._stored(partition, etag, stream.version, properties)
+
+
+# --- read -----------------------------------------------------------------
+
+
+def _check_positive(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def read(partition: Partition, start_version: int, slice_size: int) -> Steps[StreamSlice]:
+    _check_positive("start_version", start_version)
+    _check_positive("slice_size", slice_size)
+    if slice_size > MAX_SLICE_SIZE:
+        raise ValueError(f"slice_size must be <= {MAX_SLICE_SIZE}, got {slice_size}")
+    pk = partition.partition_key
+    header_key = partition.header_row_key
+    end = start_version + slice_size - 1
+    if start_version == 1:
+        # The header sorts just before the event rows, so one range query reads
+        # both, and the scan meets the header before the events it vouches for.
+        rows = yield from query_entities(
+            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+            {"pk": pk, "first": header_key, "last": partition.event_row_key(end)},
+            page_size=min(slice_size + 1, 1000),
+        )
+        header = rows[0] if rows and rows[0].properties["RowKey"] == header_key else None
+    else:
+        header = yield from get_entity(pk, header_key)
+        rows = []
+    if header is None:
+        raise StreamNotFoundError(partition)
+    stream = _stream_from_row(partition, header)
+    # Events up to the header's version are committed and immutable: the slice
+    # stops there, so it is consistent with the header it reports.
+    last = min(end, stream.version)
+    if start_version > 1 and start_version <= last:
+        rows = yield from query_entities(
+            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+            {
+                "pk": pk,
+                "first": partition.event_row_key(start_version),
+                "last": partition.event_row_key(last),
+            },
+            page_size=min(slice_size, 1000),
+        )
+    first_key = partition.event_row_key(start_version)
+    last_key = partition.event_row_key(last)
+    events = tuple(
+        _recorded_from_row(row.properties)
+        for row in rows
+        if first_key <= row.properties["RowKey"] <= last_key
+    )
+    return StreamSlice(stream, events, end >= stream.version)
+
+
+# --- write ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """Events that go into one transaction, with the operations they need."""
+
+    events: list[EventData] = field(default_factory=list)
+    operations: list[TableOperation] = field(default_factory=list)
+    # What each operation is, to map a failing index back to an error.
+    roles: list[EventData | Include | int] = field(default_factory=list)
+    payload: int = 0
+
+
+def _event_operations(
+    partition: Partition, version: int, event: EventData
+) -> tuple[list[TableOperation], list[EventData | Include | int]]:
+    pk = partition.partition_key
+    row: Entity = {"PartitionKey": pk, "RowKey": partition.event_row_key(version)}
+    row.update(event._table_properties)
+    row[VERSION] = to_table(VERSION, version)
+    ops = [TableOperation("create", row)]
+    roles: list[EventData | Include | int] = [version]
+    if event.id is not None:
+        row[EVENT_ID] = event.id
+        id_row = {
+            "PartitionKey": pk,
+            "RowKey": partition.id_row_key(event.id),
+            VERSION: row[VERSION],
+        }
+        ops.append(TableOperation("create", id_row))
+        roles.append(event)
+    check_entity(row, f"event {event.id or version!r}")
+    for include in event.includes:
+        entity = include.table_entity(pk)
+        check_entity(entity, f"included entity {include.row_key!r}")
+        etag = include.etag if include.operation in ("replace", "delete") else None
+        ops.append(TableOperation(_INCLUDE_KINDS[include.operation], entity, etag))
+        roles.append(include)
+    return ops, roles
+
+
+def _plan(stream: _stream.Stream, events: Sequence[EventData], header_payload: int) -> list[_Chunk]:
+    """Split the write into transactions of at most 100 operations and 4 MiB."""
+    op_budget = MAX_BATCH_OPERATIONS - 1  # the header is in every transaction
+    byte_budget = MAX_BATCH_BYTES - header_payload
+    chunks = [_Chunk()]
+    for offset, event in enumerate(events):
+        version = stream.version + offset + 1
+        ops, roles = _event_operations(stream.partition, version, event)
+        payload = sum(payload_size(op.entity) for op in ops)
+        if len(ops) > op_budget or payload > byte_budget:
+            raise ValueError(
+                f"event {event.id or offset!r} needs {len(ops)} operations and about "
+                f"{payload} bytes; one transaction holds {op_budget} besides the header "
+                f"and {MAX_BATCH_BYTES} bytes"
+            )
+        chunk = chunks[-1]
+        if len(chunk.operations) + len(ops) > op_budget or chunk.payload + payload > byte_budget:
+            chunk = _Chunk()
+            chunks.append(chunk)
+        chunk.events.append(event)
+        chunk.operations += ops
+        chunk.roles += roles
+        chunk.payload += payload
+    return chunks
+
+
+def _check_events(events: Sequence[EventData]) -> None:
+    if not events:
+        raise ValueError("a write needs at least one event")
+    seen: set[str] = set()
+    for event in events:
+        if not isinstance(event, EventData):
+            raise TypeError(f"events must be EventData values, got {event!r}")
+        if event.id is not None:
+            if event.id in seen:
+                raise ValueError(f"event id {event.id!r} appears twice in one write")
+            seen.add(event.id)
+
+
+def _map_transaction_error(
+    partition: Partition, exc: TableTransactionError, roles: list[EventData | Include | int]
+) -> _WriteError | None:
+    """Turn a failed transaction into the engine's error; ``None`` if it is not ours to map."""
+    index = exc.index
+    code: str | None = getattr(exc, "error_code", None)
+    role = roles[index - 1] if index is not None and 0 < index <= len(roles) else None
+    if isinstance(role, Include):
+        return IncludedOperationConflictError(partition, role.operation, role.entity, code)
+    if code == "UpdateConditionNotSatisfied" or (index == 0 and code == "ResourceNotFound"):
+        return ConcurrencyConflictError(partition, "the stream header has changed")
+    if code == "EntityAlreadyExists":
+        if index == 0:
+            return ConcurrencyConflictError(partition, "the stream already exists")
+        if isinstance(role, EventData) and role.id is not None:
+            return DuplicateEventError(partition, role.id)
+        if isinstance(role, int):
+            return ConcurrencyConflictError(
+                partition, f"an event with version {role} already exists"
+            )
+    return None
+
+
+def write(stream: _stream.Stream, events: Sequence[EventData]) -> Steps[WriteResult]:
+    _check_events(events)
+    partition = stream.partition
+    header_props = convert_properties(stream.properties, RESERVED_NAMES, "stream")
+    header_payload = payload_size(_header_entity(partition, stream.version, stream.properties))
+    chunks = _plan(stream, events, header_payload)
+    current = stream
+    recorded: list[RecordedEvent] = []
+    includes: list[Include] = []
+    for chunk in chunks:
+        version = current.version + len(chunk.events)
+        header = {
+            "PartitionKey": partition.partition_key,
+            "RowKey": partition.header_row_key,
+            **header_props,
+            VERSION: to_table(VERSION, version),
+        }
+        header_op = (
+            TableOperation("create", header)
+            if current.etag is None
+            else TableOperation("update_replace", header, current.etag)
+        )
+        try:
+            etags = yield from submit_transaction([header_op, *chunk.operations])
+        except TableTransactionError as exc:
+            error = _map_transaction_error(partition, exc, chunk.roles)
+            if error is None:
+                raise
+            if recorded:
+                error.committed = WriteResult(current, tuple(recorded), tuple(includes))
+            raise error from exc
+        etag = etags[0]
+        assert etag is not None
+        for offset, event in enumerate(chunk.events, start=current.version + 1):
+            recorded.append(RecordedEvent(offset, event.id, event.properties))
+        for role, op, new_etag in zip(chunk.roles, chunk.operations, etags[1:], strict=True):
+            if isinstance(role, Include):
+                kept = None if op.kind == "delete" else new_etag
+                includes.append(Include(role.operation, role.entity, kept))
+        current = _stream.Stream._stored(partition, etag, version, stream.properties)
+    return WriteResult(current, tuple(recorded), tuple(includes))
+
+
+def write_expected(
+    partition: Partition, events: Sequence[EventData], expected_version: int
+) -> Steps[WriteResult]:
+    if not isinstance(expected_version, int) or isinstance(expected_version, bool):
+        raise TypeError(f"expected_version must be an int, got {expected_version!r}")
+    if expected_version < 0:
+        raise ValueError(f"expected_version must be >= 0, got {expected_version}")
+    _check_events(events)
+    if expected_version == 0:
+        # A new stream: the header insert itself fails if the stream exists.
+        stream = _stream.Stream(partition)
+    else:
+        found = yield from try_open(partition)
+        if found is None:
+            raise StreamNotFoundError(partition)
+        if found.version != expected_version:
+            raise ConcurrencyConflictError(
+                partition, f"expected version {expected_version}, the stream is at {found.version}"
+            )
+        stream = found
+    return (yield from write(stream, events))

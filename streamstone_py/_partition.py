@@ -1,0 +1,131 @@
+"""Partitions: where a stream lives, and the row keys of its rows."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from azure.data.tables import TableClient
+
+from ._values import utf16_size
+
+__all__ = ["Partition", "check_key"]
+
+#: Separates the physical partition key from a virtual stream's name.
+SEPARATOR: Final = "|"
+#: Azure's limit for PartitionKey and RowKey values.
+MAX_KEY_BYTES: Final = 1024
+
+HEADER_SUFFIX: Final = "SS-HEAD"
+EVENT_PREFIX: Final = "SS-SE-"
+ID_PREFIX: Final = "SS-UID-"
+
+# Characters Azure Tables refuses in keys: / \ # ? and the control characters.
+_FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
+
+
+def check_key(kind: str, key: object) -> str:
+    """Return ``key`` if Azure Tables can store it as (part of) a key, else raise."""
+    if not isinstance(key, str):
+        raise TypeError(f"{kind} must be a str, got {type(key).__name__}: {key!r}")
+    if not key:
+        raise ValueError(f"{kind} must not be empty")
+    bad = _FORBIDDEN.search(key)
+    if bad:
+        raise ValueError(
+            f"{kind} {key!r} contains {bad.group()!r}; Azure Tables keys may not contain "
+            "'/', '\\', '#', '?' or control characters"
+        )
+    if utf16_size(key) > MAX_KEY_BYTES:
+        raise ValueError(
+            f"{kind} {key[:40]!r}... is {utf16_size(key)} bytes in UTF-16; "
+            f"the limit is {MAX_KEY_BYTES}"
+        )
+    return key
+
+
+class Partition:
+    """The place of one stream: a table and a key.
+
+    ``Partition(table, "order-42")`` puts the stream in its own table partition.
+    ``Partition(table, "tenant-7|order-42")`` or ``Partition(table, "tenant-7",
+    "order-42")`` is a virtual partition: stream ``order-42`` inside physical
+    partition ``tenant-7``, its rows prefixed ``order-42|``. Several virtual
+    streams share one physical partition but never each other's rows.
+    """
+
+    __slots__ = ("_key", "partition_key", "row_key_prefix", "table")
+
+    table: TableClient
+    partition_key: str
+    row_key_prefix: str
+    _key: str
+
+    def __init__(self, table: TableClient, key: str, stream: str | None = None) -> None:
+        if stream is None:
+            if not isinstance(key, str):
+                raise TypeError(f"partition key must be a str, got {type(key).__name__}: {key!r}")
+            physical, _, virtual = key.partition(SEPARATOR)
+            virtual_or_none = virtual if SEPARATOR in key else None
+        else:
+            physical, virtual_or_none = key, stream
+        check_key("partition key", physical)
+        if SEPARATOR in physical:
+            raise ValueError(f"partition key {physical!r} contains the separator {SEPARATOR!r}")
+        prefix = ""
+        full = physical
+        if virtual_or_none is not None:
+            check_key("virtual stream name", virtual_or_none)
+            if SEPARATOR in virtual_or_none:
+                raise ValueError(
+                    f"virtual stream name {virtual_or_none!r} contains the separator "
+                    f"{SEPARATOR!r}; it could address another stream's rows"
+                )
+            prefix = virtual_or_none + SEPARATOR
+            full = physical + SEPARATOR + virtual_or_none
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "partition_key", physical)
+        object.__setattr__(self, "row_key_prefix", prefix)
+        object.__setattr__(self, "_key", full)
+        # The longest engine row key is an id row; check the fixed part here.
+        check_key("row key", self.header_row_key)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Partition is immutable")
+
+    @property
+    def key(self) -> str:
+        """The key as given: ``"pk"`` or ``"pk|stream"``."""
+        return self._key
+
+    @property
+    def table_name(self) -> str:
+        return str(self.table.table_name)
+
+    @property
+    def is_virtual(self) -> bool:
+        return bool(self.row_key_prefix)
+
+    @property
+    def header_row_key(self) -> str:
+        return self.row_key_prefix + HEADER_SUFFIX
+
+    def event_row_key(self, version: int) -> str:
+        return f"{self.row_key_prefix}{EVENT_PREFIX}{version:010d}"
+
+    def id_row_key(self, event_id: str) -> str:
+        return check_key("event id row key", self.row_key_prefix + ID_PREFIX + event_id)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Partition):
+            return NotImplemented
+        return (self.table_name, self._key) == (other.table_name, other._key)
+
+    def __hash__(self) -> int:
+        return hash((self.table_name, self._key))
+
+    def __repr__(self) -> str:
+        return f"Partition(table={self.table_name!r}, key={self._key!r})"
+
+    def __str__(self) -> str:
+        return f"{self.table_name}.{self._key}"

@@ -1,0 +1,163 @@
+"""The storage requests a verb makes, and the sync runner that executes them.
+
+Each verb is a generator (see ``_operations``): it yields a request, receives
+the result, or has the SDK's exception thrown into it, and finally returns
+its outcome. The verbs hold all logic (preparing rows, chunking, mapping
+errors); a runner only performs I/O. So the sync and async clients share every
+decision, and a test can drive a verb step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, cast
+
+from azure.core import MatchConditions
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.data.tables import TableClient, UpdateMode
+
+T = TypeVar("T")
+
+Entity: TypeAlias = dict[str, Any]
+
+OperationKind = Literal[
+    "create", "update_replace", "update_merge", "delete", "upsert_replace", "upsert_merge"
+]
+
+
+class Row(NamedTuple):
+    """An entity read back: its properties (with PartitionKey and RowKey) and ETag."""
+
+    properties: Entity
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class TableOperation:
+    """One operation of an entity-group transaction. ``etag`` makes it conditional."""
+
+    kind: OperationKind
+    entity: Entity
+    etag: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetEntity:
+    partition_key: str
+    row_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueryEntities:
+    filter: str
+    parameters: Mapping[str, str]
+    page_size: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CreateEntity:
+    entity: Entity
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateEntity:
+    entity: Entity
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitTransaction:
+    operations: tuple[TableOperation, ...]
+
+
+Request: TypeAlias = GetEntity | QueryEntities | CreateEntity | UpdateEntity | SubmitTransaction
+Steps: TypeAlias = Generator[Request, Any, T]
+
+
+# Typed helpers, so verbs read `row = yield from get_entity(...)`.
+def get_entity(partition_key: str, row_key: str) -> Steps[Row | None]:
+    return cast(Row | None, (yield GetEntity(partition_key, row_key)))
+
+
+def query_entities(filter: str, parameters: Mapping[str, str], page_size: int) -> Steps[list[Row]]:
+    return cast(list[Row], (yield QueryEntities(filter, parameters, page_size)))
+
+
+def create_entity(entity: Entity) -> Steps[str]:
+    return cast(str, (yield CreateEntity(entity)))
+
+
+def update_entity(entity: Entity, etag: str) -> Steps[str]:
+    return cast(str, (yield UpdateEntity(entity, etag)))
+
+
+def submit_transaction(operations: Sequence[TableOperation]) -> Steps[list[str | None]]:
+    return cast(list[str | None], (yield SubmitTransaction(tuple(operations))))
+
+
+def sdk_operation(op: TableOperation) -> tuple[Any, ...]:
+    """The tuple azure-data-tables' ``submit_transaction`` takes."""
+    conditional: dict[str, Any] = {}
+    if op.etag and op.etag != "*":
+        conditional = {"etag": op.etag, "match_condition": MatchConditions.IfNotModified}
+    elif op.etag == "*":
+        conditional = {"match_condition": MatchConditions.Unconditionally}
+    match op.kind:
+        case "create":
+            return ("create", op.entity)
+        case "update_replace":
+            return ("update", op.entity, {"mode": UpdateMode.REPLACE, **conditional})
+        case "update_merge":
+            return ("update", op.entity, {"mode": UpdateMode.MERGE, **conditional})
+        case "delete":
+            return ("delete", op.entity, conditional)
+        case "upsert_replace":
+            return ("upsert", op.entity, {"mode": UpdateMode.REPLACE})
+        case "upsert_merge":
+            return ("upsert", op.entity, {"mode": UpdateMode.MERGE})
+
+
+def _execute(table: TableClient, request: Request) -> object:
+    match request:
+        case GetEntity(partition_key, row_key):
+            try:
+                entity = table.get_entity(partition_key, row_key)
+            except ResourceNotFoundError:
+                return None
+            return Row(dict(entity), str(entity.metadata["etag"]))
+        case QueryEntities(filter, parameters, page_size):
+            pages = table.query_entities(
+                filter, parameters=dict(parameters), results_per_page=page_size
+            )
+            return [Row(entity, str(entity.metadata["etag"])) for entity in pages]
+        case CreateEntity(entity):
+            return str(table.create_entity(entity)["etag"])
+        case UpdateEntity(entity, etag):
+            metadata = table.update_entity(
+                entity,
+                mode=UpdateMode.REPLACE,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+            return str(metadata["etag"])
+        case SubmitTransaction(operations):
+            results = table.submit_transaction([sdk_operation(op) for op in operations])
+            return [r.get("etag") for r in results]
+    raise TypeError(f"unknown request {request!r}")
+
+
+def run(table: TableClient, steps: Steps[T]) -> T:
+    """Drive a verb to its outcome with the sync ``TableClient``."""
+    result: object = None
+    error: AzureError | None = None
+    while True:
+        try:
+            request = steps.throw(error) if error is not None else steps.send(result)
+        except StopIteration as stop:
+            return cast(T, stop.value)
+        error = None
+        try:
+            result = _execute(table, request)
+        except AzureError as exc:
+            result, error = None, exc

@@ -1,0 +1,167 @@
+"""The stream header and the verbs that read and write streams."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from . import _operations
+from ._errors import StreamNotFoundError
+from ._model import EventData, StreamSlice, WriteResult
+from ._partition import Partition
+from ._protocol import run
+from ._values import RESERVED_NAMES, PropertyValue, convert_properties, freeze
+
+__all__ = ["Stream"]
+
+
+class Stream:
+    """An immutable stream header: where the stream is, its version and ETag.
+
+    ``Stream(partition, properties)`` is a *transient* header, for a stream not
+    stored yet: the first write creates it. Every verb that stores something
+    returns a new header; pass it to the next write, and the write succeeds only
+    if nobody else wrote in between (optimistic concurrency on the header's
+    ETag).
+
+    The verbs are static methods: ``Stream.provision``, ``Stream.open``,
+    ``Stream.try_open``, ``Stream.exists``, ``Stream.write``, ``Stream.read`` and
+    ``Stream.set_properties``.
+    """
+
+    __slots__ = ("etag", "partition", "properties", "version")
+
+    partition: Partition
+    etag: str | None
+    version: int
+    properties: Mapping[str, PropertyValue]
+
+    def __init__(
+        self, partition: Partition, properties: Mapping[str, PropertyValue] | None = None
+    ) -> None:
+        if not isinstance(partition, Partition):
+            raise TypeError(f"partition must be a Partition, got {partition!r}")
+        convert_properties(properties or {}, RESERVED_NAMES, "stream")
+        self._set(partition, None, 0, properties)
+
+    def _set(
+        self,
+        partition: Partition,
+        etag: str | None,
+        version: int,
+        properties: Mapping[str, Any] | None,
+    ) -> None:
+        object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "etag", etag)
+        object.__setattr__(self, "version", version)
+        object.__setattr__(self, "properties", freeze(properties))
+
+    @classmethod
+    def _stored(
+        cls, partition: Partition, etag: str, version: int, properties: Mapping[str, Any] | None
+    ) -> Stream:
+        stream = cls.__new__(cls)
+        stream._set(partition, etag, version, properties)
+        return stream
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Stream is immutable; verbs return a new header")
+
+    @property
+    def is_transient(self) -> bool:
+        """True for a header that is not stored yet (no ETag)."""
+        return self.etag is None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Stream):
+            return NotImplemented
+        return (self.partition, self.etag, self.version, dict(self.properties)) == (
+            other.partition, other.etag, other.version, dict(other.properties),
+        )  # fmt: skip
+
+    __hash__ = None  # type: ignore[assignment]  # equal headers may have unhashable properties
+
+    def __repr__(self) -> str:
+        return (
+            f"Stream(partition={self.partition!r}, version={self.version}, "
+            f"etag={self.etag!r}, properties={dict(self.properties)!r})"
+        )
+
+    # --- verbs ------------------------------------------------------------
+
+    @staticmethod
+    def provision(
+        partition: Partition, properties: Mapping[str, PropertyValue] | None = None
+    ) -> Stream:
+        """Create an empty stream (version 0).
+
+        Raises :class:`ConcurrencyConflictError` if the stream already exists.
+        """
+        return run(partition.table, _operations.provision(partition, properties))
+
+    @staticmethod
+    def open(partition: Partition) -> Stream:
+        """Read the stream's header. Raises :class:`StreamNotFoundError` if missing."""
+        stream = Stream.try_open(partition)
+        if stream is None:
+            raise StreamNotFoundError(partition)
+        return stream
+
+    @staticmethod
+    def try_open(partition: Partition) -> Stream | None:
+        """Read the stream's header, or ``None`` if the stream does not exist."""
+        return run(partition.table, _operations.try_open(partition))
+
+    @staticmethod
+    def exists(partition: Partition) -> bool:
+        """True if the stream has a header row."""
+        return Stream.try_open(partition) is not None
+
+    @staticmethod
+    def write(
+        target: Stream | Partition, *events: EventData, expected_version: int | None = None
+    ) -> WriteResult:
+        """Append events to a stream in one entity-group transaction.
+
+        ``Stream.write(stream, *events)`` writes after the header ``stream``
+        (a transient header creates the stream). ``Stream.write(partition,
+        *events, expected_version=N)`` writes if the stream is at version ``N``
+        (``0``: it must not exist yet).
+
+        Raises :class:`ConcurrencyConflictError` if the stream changed since the
+        header was read, or an event version is taken; :class:`DuplicateEventError`
+        if an event id is already stored; :class:`IncludedOperationConflictError`
+        if an include fails. In each case the partition is left as it was.
+
+        A write of more than 99 rows, or over 4 MiB, is split into consecutive
+        transactions, each conditional on the header of the one before: it is
+        atomic per transaction only. If a later transaction fails, the error's
+        ``committed`` holds what the earlier ones stored.
+        """
+        if isinstance(target, Stream):
+            if expected_version is not None:
+                raise TypeError(
+                    "expected_version is for writes to a Partition, not to a Stream header"
+                )
+            return run(target.partition.table, _operations.write(target, events))
+        if isinstance(target, Partition):
+            if expected_version is None:
+                raise TypeError(
+                    "a write to a Partition needs expected_version=N (0 for a new stream)"
+                )
+            return run(target.table, _operations.write_expected(target, events, expected_version))
+        raise TypeError(f"write target must be a Stream or a Partition, got {target!r}")
+
+    @staticmethod
+    def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:
+        """Read up to ``slice_size`` events from ``start_version`` on, in version order.
+
+        Page through a stream with ``start_version = last.version + 1`` until
+        ``is_end_of_stream``. Raises :class:`StreamNotFoundError` if missing.
+        """
+        return run(partition.table, _operations.read(partition, start_version, slice_size))
+
+    @staticmethod
+    def set_properties(stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream:
+        """Replace the stream's properties, conditional on the header's ETag."""
+        return run(stream.partition.table, _operations.set_properties(stream, properties))

@@ -1,0 +1,206 @@
+"""Table property values: validation, conversion and Azure's size accounting.
+
+Azure Table Storage types each property (Edm.String, Edm.Int32, ...) and limits
+each one; the service answers a violation with a bare ``400``. Everything here
+runs before a request is sent so that a bad value becomes a ``ValueError`` that
+names the property, its size and the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Final, TypeAlias, cast
+
+from azure.data.tables import EdmType, EntityProperty
+
+PropertyValue: TypeAlias = str | int | float | bool | bytes | datetime | uuid.UUID
+"""A value the engine stores in a table property."""
+
+#: Largest string (in UTF-16 bytes) or binary value of one property.
+MAX_PROPERTY_BYTES: Final = 64 * 1024
+#: Largest entity, by Azure's own size formula.
+MAX_ENTITY_BYTES: Final = 1024 * 1024
+#: Custom properties per entity (255 minus PartitionKey, RowKey and Timestamp).
+MAX_PROPERTIES: Final = 252
+#: Longest property name.
+MAX_NAME_LENGTH: Final = 255
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+#: Names owned by Azure itself; compared case-insensitively.
+SYSTEM_NAMES: Final = frozenset({"partitionkey", "rowkey", "timestamp", "etag", "odata.etag"})
+#: Column that holds the stream or event version on engine rows (Streamstone's name).
+VERSION: Final = "Version"
+#: Column that holds an event's id on its event row.
+EVENT_ID: Final = "SS_Id"
+#: Names that event and stream properties may not use.
+RESERVED_NAMES: Final = SYSTEM_NAMES | {VERSION.lower(), EVENT_ID.lower()}
+
+
+def utf16_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-16, the unit of Azure's string limits."""
+    return len(text.encode("utf-16-le", "surrogatepass"))
+
+
+def check_name(name: object, reserved: frozenset[str], owner: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"{owner} property names must be str, got {name!r}")
+    if name.lower() in reserved:
+        raise ValueError(f"{owner} property name {name!r} is reserved")
+    if not name.isidentifier() or len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{owner} property name {name!r} is not valid: Azure Tables needs an "
+            f"identifier of at most {MAX_NAME_LENGTH} characters"
+        )
+    return name
+
+
+def to_table(name: str, value: object) -> Any:
+    """Convert a Python value to what azure-data-tables sends, checking its limits."""
+    if isinstance(value, bool | float | uuid.UUID):
+        return value
+    if isinstance(value, int):
+        if _INT32[0] <= value <= _INT32[1]:
+            return value
+        if _INT64[0] <= value <= _INT64[1]:
+            return EntityProperty(value, EdmType.INT64)
+        raise ValueError(f"property {name!r}: integer {value} does not fit in 64 bits")
+    if isinstance(value, str):
+        size = utf16_size(value)
+        if size > MAX_PROPERTY_BYTES:
+            raise ValueError(
+                f"property {name!r} is a string of {size} bytes in UTF-16; "
+                f"the limit is {MAX_PROPERTY_BYTES}"
+            )
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+        if len(data) > MAX_PROPERTY_BYTES:
+            raise ValueError(
+                f"property {name!r} is {len(data)} bytes of binary; "
+                f"the limit is {MAX_PROPERTY_BYTES}"
+            )
+        return data
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"property {name!r}: datetime {value!r} must be timezone-aware")
+        return value
+    if value is None:
+        raise ValueError(f"property {name!r} is None; Azure Tables cannot store a null")
+    raise TypeError(
+        f"property {name!r} has unsupported type {type(value).__name__}; use str, int, "
+        "float, bool, bytes, datetime or UUID"
+    )
+
+
+_PLAIN_TYPES: Final = frozenset({str, int, float, bool, bytes, uuid.UUID})
+
+
+def from_table(value: Any) -> PropertyValue:
+    """Convert a value read by azure-data-tables back to a plain Python value."""
+    if type(value) in _PLAIN_TYPES:  # the common case, on the read path's hot loop
+        return cast(PropertyValue, value)
+    if isinstance(value, EntityProperty):
+        value = value.value
+    if isinstance(value, datetime) and type(value) is not datetime:
+        # The SDK returns a datetime subclass that carries the raw service string.
+        return datetime(
+            value.year, value.month, value.day, value.hour, value.minute,
+            value.second, value.microsecond, tzinfo=value.tzinfo,
+        )  # fmt: skip
+    if isinstance(value, str | int | float | bool | bytes | datetime | uuid.UUID):
+        return value
+    raise TypeError(f"unexpected value of type {type(value).__name__} read from the table")
+
+
+def value_size(value: Any) -> int:
+    """Size of one property value by Azure's entity-size formula."""
+    if isinstance(value, EntityProperty):
+        value = value.value
+        return 8 if isinstance(value, int) else value_size(value)
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return 4
+    if isinstance(value, float | datetime):
+        return 8
+    if isinstance(value, uuid.UUID):
+        return 16
+    if isinstance(value, str):
+        return 4 + utf16_size(value)
+    if isinstance(value, bytes):
+        return 4 + len(value)
+    raise TypeError(f"no size for {type(value).__name__}")
+
+
+def entity_size(entity: Mapping[str, Any]) -> int:
+    """Size of a converted entity by Azure's formula (keys count in UTF-16)."""
+    size = 4
+    for name, value in entity.items():
+        if name in ("PartitionKey", "RowKey"):
+            size += utf16_size(value)
+        else:
+            size += 8 + utf16_size(name) + value_size(value)
+    return size
+
+
+def payload_size(entity: Mapping[str, Any]) -> int:
+    """An upper bound of the bytes one entity adds to a batch request body.
+
+    Strings travel JSON-escaped, binary as base64, and every typed value carries
+    an ``@odata.type`` annotation; 1 KiB covers the changeset part's headers.
+    """
+    size = 1024
+    for name, value in entity.items():
+        raw = value.value if isinstance(value, EntityProperty) else value
+        size += 2 * len(name) + 48
+        if isinstance(raw, str):
+            size += len(json.dumps(raw))
+        elif isinstance(raw, bytes):
+            size += 4 * ((len(raw) + 2) // 3)  # base64
+        else:
+            size += 40
+    return size
+
+
+def check_entity(entity: Mapping[str, Any], owner: str) -> None:
+    """Refuse a converted entity over Azure's per-entity limits."""
+    custom = len(entity) - 2  # PartitionKey and RowKey
+    if custom > MAX_PROPERTIES:
+        raise ValueError(
+            f"{owner} has {custom} properties; Azure Tables allows {MAX_PROPERTIES} per entity"
+        )
+    size = entity_size(entity)
+    if size > MAX_ENTITY_BYTES:
+        raise ValueError(f"{owner} is {size} bytes; the limit of one entity is {MAX_ENTITY_BYTES}")
+
+
+def freeze(properties: Mapping[str, PropertyValue] | None) -> Mapping[str, PropertyValue]:
+    """A read-only copy, so the immutable headers and events stay immutable."""
+    return MappingProxyType(dict(properties or {}))
+
+
+def convert_properties(
+    properties: Mapping[str, object], reserved: frozenset[str], owner: str
+) -> dict[str, Any]:
+    """Check names and values of user properties and convert them for the table."""
+    if not isinstance(properties, Mapping):
+        raise TypeError(f"{owner} properties must be a mapping, got {type(properties).__name__}")
+    return {check_name(k, reserved, owner): to_table(k, v) for k, v in properties.items()}
+
+
+#: The columns of engine rows that are not user properties, exactly as written.
+ENGINE_COLUMNS: Final = frozenset({"PartitionKey", "RowKey", VERSION, EVENT_ID})
+
+
+def plain_properties(row: Mapping[str, Any]) -> dict[str, PropertyValue]:
+    """User properties of an engine row read back.
+
+    Writes refuse reserved names in any case, so the exact names suffice here.
+    """
+    return {k: from_table(v) for k, v in row.items() if k not in ENGINE_COLUMNS}

@@ -1,0 +1,263 @@
+"""Writing: versions, exact rows, conflicts, duplicates, expected versions, chunking."""
+
+from __future__ import annotations
+
+import pytest
+from azure.core import MatchConditions
+from azure.data.tables import UpdateMode
+
+from streamstone_py import (
+    ConcurrencyConflictError,
+    DuplicateEventError,
+    EventData,
+    Partition,
+    RecordedEvent,
+    Stream,
+    StreamNotFoundError,
+)
+from tests.helpers import rows, snapshot
+
+
+def event(id: str, **properties: object) -> EventData:
+    return EventData(id=id, properties={"Type": "Tested", **properties})
+
+
+def test_write_to_new_stream_creates_it_with_exact_rows(partition: Partition) -> None:
+    result = Stream.write(Stream(partition, {"Owner": "me"}), event("e1", N=1), event("e2", N=2))
+
+    assert result.stream.version == 2
+    assert result.stream.etag
+    assert dict(result.stream.properties) == {"Owner": "me"}
+    assert result.events == (
+        RecordedEvent(1, "e1", {"Type": "Tested", "N": 1}),
+        RecordedEvent(2, "e2", {"Type": "Tested", "N": 2}),
+    )
+    assert rows(partition) == {
+        "SS-HEAD": {"Version": 2, "Owner": "me"},
+        "SS-SE-0000000001": {"Version": 1, "SS_Id": "e1", "Type": "Tested", "N": 1},
+        "SS-SE-0000000002": {"Version": 2, "SS_Id": "e2", "Type": "Tested", "N": 2},
+        "SS-UID-e1": {"Version": 1},
+        "SS-UID-e2": {"Version": 2},
+    }
+
+
+def test_write_to_existing_stream_advances_version_and_etag(partition: Partition) -> None:
+    provisioned = Stream.provision(partition)
+    first = Stream.write(provisioned, event("e1"))
+    second = Stream.write(first.stream, event("e2"), event("e3"))
+
+    assert first.stream.version == 1
+    assert second.stream.version == 3
+    assert len({provisioned.etag, first.stream.etag, second.stream.etag}) == 3
+    assert [e.version for e in second.events] == [2, 3]
+    assert Stream.open(partition) == second.stream
+    assert sorted(rows(partition)) == [
+        "SS-HEAD",
+        "SS-SE-0000000001",
+        "SS-SE-0000000002",
+        "SS-SE-0000000003",
+        "SS-UID-e1",
+        "SS-UID-e2",
+        "SS-UID-e3",
+    ]
+
+
+def test_events_without_ids_store_no_id_rows(partition: Partition) -> None:
+    result = Stream.write(Stream(partition), EventData(properties={"A": 1}), EventData())
+
+    assert [(e.version, e.id) for e in result.events] == [(1, None), (2, None)]
+    assert rows(partition) == {
+        "SS-HEAD": {"Version": 2},
+        "SS-SE-0000000001": {"Version": 1, "A": 1},
+        "SS-SE-0000000002": {"Version": 2},
+    }
+
+
+def test_write_with_transient_header_over_existing_stream_conflicts(partition: Partition) -> None:
+    Stream.provision(partition)
+    before = snapshot(partition)
+
+    with pytest.raises(ConcurrencyConflictError, match="already exists"):
+        Stream.write(Stream(partition), event("e1"))
+
+    assert snapshot(partition) == before
+
+
+def _change_header(partition: Partition) -> None:
+    header = partition.table.get_entity(partition.partition_key, "SS-HEAD")
+    partition.table.update_entity(
+        header,
+        mode=UpdateMode.REPLACE,
+        etag=header.metadata["etag"],
+        match_condition=MatchConditions.IfNotModified,
+    )
+
+
+@pytest.mark.parametrize(
+    ("header_changed", "event_exists", "id_exists"),
+    [
+        (True, False, False),
+        (True, True, False),
+        (True, False, True),
+        (True, True, True),
+        (False, True, False),
+        (False, True, True),
+    ],
+)
+def test_write_conflicts_leave_partition_unchanged(
+    partition: Partition, header_changed: bool, event_exists: bool, id_exists: bool
+) -> None:
+    stream = Stream.write(Stream(partition), event("e1")).stream
+    pk = partition.partition_key
+    if header_changed:
+        _change_header(partition)
+    if event_exists:
+        partition.table.create_entity(
+            {"PartitionKey": pk, "RowKey": "SS-SE-0000000002", "Version": 2}
+        )
+    if id_exists:
+        partition.table.create_entity({"PartitionKey": pk, "RowKey": "SS-UID-e2", "Version": 2})
+    before = snapshot(partition)
+
+    with pytest.raises(ConcurrencyConflictError) as caught:
+        Stream.write(stream, event("e2"))
+
+    assert caught.value.partition == partition
+    assert snapshot(partition) == before
+
+
+def test_id_row_alone_reports_duplicate(partition: Partition) -> None:
+    stream = Stream.write(Stream(partition), event("e1")).stream
+    partition.table.create_entity(
+        {"PartitionKey": partition.partition_key, "RowKey": "SS-UID-e2", "Version": 9}
+    )
+    before = snapshot(partition)
+
+    with pytest.raises(DuplicateEventError) as caught:
+        Stream.write(stream, event("e2"))
+
+    assert caught.value.id == "e2"
+    assert snapshot(partition) == before
+
+
+def test_duplicate_event_inside_a_write_names_it_and_writes_nothing(partition: Partition) -> None:
+    stream = Stream.write(Stream(partition), event("e1"), event("e2")).stream
+    before = snapshot(partition)
+
+    with pytest.raises(DuplicateEventError) as caught:
+        Stream.write(stream, event("e3"), event("e2"))
+
+    assert caught.value.id == "e2"
+    assert caught.value.partition == partition
+    assert "'e2'" in str(caught.value)
+    assert snapshot(partition) == before
+    assert Stream.open(partition).version == 2
+
+
+def test_same_id_twice_in_one_write_is_refused_before_sending(partition: Partition) -> None:
+    with pytest.raises(ValueError, match="'x' appears twice"):
+        Stream.write(Stream(partition), event("x"), event("x"))
+    assert rows(partition) == {}
+
+
+def test_expected_version_writes(partition: Partition) -> None:
+    first = Stream.write(partition, event("e1"), event("e2"), expected_version=0)
+    assert first.stream.version == 2
+
+    second = Stream.write(partition, event("e3"), expected_version=2)
+    assert second.stream.version == 3
+    assert [e.version for e in second.events] == [3]
+
+    before = snapshot(partition)
+    with pytest.raises(ConcurrencyConflictError, match="already exists"):
+        Stream.write(partition, event("e4"), expected_version=0)
+    with pytest.raises(ConcurrencyConflictError, match="expected version 2, the stream is at 3"):
+        Stream.write(partition, event("e4"), expected_version=2)
+    assert snapshot(partition) == before
+
+
+def test_expected_version_of_missing_stream_is_not_found(partition: Partition) -> None:
+    with pytest.raises(StreamNotFoundError):
+        Stream.write(partition, event("e1"), expected_version=3)
+    assert rows(partition) == {}
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
+def test_expected_version_must_be_a_non_negative_int(partition: Partition, bad: object) -> None:
+    with pytest.raises((ValueError, TypeError), match="expected_version"):
+        Stream.write(partition, event("e1"), expected_version=bad)  # type: ignore[arg-type]
+
+
+def test_write_argument_errors(partition: Partition) -> None:
+    stream = Stream(partition)
+    with pytest.raises(ValueError, match="at least one event"):
+        Stream.write(stream)
+    with pytest.raises(TypeError, match="expected_version"):
+        Stream.write(partition, event("e1"))
+    with pytest.raises(TypeError, match="expected_version"):
+        Stream.write(stream, event("e1"), expected_version=0)
+    with pytest.raises(TypeError, match="EventData"):
+        Stream.write(stream, {"Type": "x"})  # type: ignore[arg-type]
+    assert rows(partition) == {}
+
+
+def test_write_over_batch_limit_is_split_and_fully_stored(partition: Partition) -> None:
+    # 150 events with ids need 300 rows: at least four transactions of <= 99 rows each.
+    events = [event(f"e{i}", N=i) for i in range(1, 151)]
+
+    result = Stream.write(Stream(partition), *events)
+
+    assert result.stream.version == 150
+    assert [e.version for e in result.events] == list(range(1, 151))
+    assert Stream.open(partition) == result.stream
+    stored = rows(partition)
+    assert len(stored) == 1 + 150 + 150
+    assert stored["SS-HEAD"] == {"Version": 150}
+    for i in range(1, 151):
+        assert stored[f"SS-SE-{i:010d}"] == {
+            "Version": i,
+            "SS_Id": f"e{i}",
+            "Type": "Tested",
+            "N": i,
+        }
+        assert stored[f"SS-UID-e{i}"] == {"Version": i}
+
+
+def test_exactly_99_rows_fit_one_transaction_and_100_do_not(partition: Partition) -> None:
+    # 99 id-less events + the header = 100 operations: one transaction.
+    one = Stream.write(Stream(partition), *[EventData() for _ in range(99)])
+    assert one.stream.version == 99
+    assert one.stream.etag == Stream.open(partition).etag
+
+    other = Partition(partition.table, partition.partition_key + "-b")
+    two = Stream.write(Stream(other), *[EventData() for _ in range(100)])
+    assert two.stream.version == 100
+    assert len(rows(other)) == 101
+
+
+def test_failure_in_a_later_chunk_reports_what_was_committed(partition: Partition) -> None:
+    Stream.provision(partition)
+    # Plant an id row that the second transaction of the write will collide with.
+    partition.table.create_entity(
+        {"PartitionKey": partition.partition_key, "RowKey": "SS-UID-e80", "Version": 999}
+    )
+    stream = Stream.open(partition)
+    events = [event(f"e{i}") for i in range(1, 81)]  # 160 rows: two transactions
+
+    with pytest.raises(DuplicateEventError) as caught:
+        Stream.write(stream, *events)
+
+    committed = caught.value.committed
+    assert committed is not None
+    assert committed.stream.version == len(committed.events) == 49
+    assert Stream.open(partition) == committed.stream
+    assert caught.value.id == "e80"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["PartitionKey", "RowKey", "Timestamp", "ETag", "odata.etag", "Version", "SS_Id", "ss_id"],
+)
+def test_reserved_event_property_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match=f"'{name}' is reserved"):
+        EventData(id="e1", properties={name: 1})
