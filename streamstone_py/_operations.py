@@ -48,12 +48,15 @@ from ._values import (
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_OPERATIONS",
+    "exists",
+    "open_stream",
     "provision",
     "read",
     "set_properties",
     "try_open",
     "write",
     "write_expected",
+    "write_to",
 ]
 
 #: Operations in one entity-group transaction (Azure's limit).
@@ -120,6 +123,17 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
 def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
     row = yield from get_entity(partition.partition_key, partition.header_row_key)
     return None if row is None else _stream_from_row(partition, row)
+
+
+def open_stream(partition: Partition) -> Steps[_stream.Stream]:
+    stream = yield from try_open(partition)
+    if stream is None:
+        raise StreamNotFoundError(partition)
+    return stream
+
+
+def exists(partition: Partition) -> Steps[bool]:
+    return (yield from try_open(partition)) is not None
 
 
 def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Steps[_stream.Stream]:
@@ -339,6 +353,21 @@ def write(stream: _stream.Stream, events: Sequence[EventData]) -> Steps[WriteRes
                 includes.append(Include(role.operation, role.entity, kept))
         current = _stream.Stream._stored(partition, etag, version, stream.properties)
     return WriteResult(current, tuple(recorded), tuple(includes))
+
+
+def write_to(
+    target: _stream.Stream | Partition, events: Sequence[EventData], expected_version: int | None
+) -> Steps[WriteResult]:
+    """``Stream.write``'s two forms: after a header, or at an expected version."""
+    if isinstance(target, _stream.Stream):
+        if expected_version is not None:
+            raise TypeError("expected_version is for writes to a Partition, not to a header")
+        return (yield from write(target, events))
+    if isinstance(target, Partition):
+        if expected_version is None:
+            raise TypeError("a write to a Partition needs expected_version=N (0: a new stream)")
+        return (yield from write_expected(target, events, expected_version))
+    raise TypeError(f"write target must be a Stream or a Partition, got {target!r}")
 
 
 def write_expected(

@@ -6,6 +6,7 @@ import re
 from typing import Final
 
 from azure.data.tables import TableClient
+from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from ._values import utf16_size
 
@@ -45,7 +46,8 @@ def check_key(kind: str, key: object) -> str:
 
 
 class Partition:
-    """The place of one stream: a table and a key.
+    """The place of one stream: a table client (sync, or async for
+    :mod:`streamstone_py.aio`) and a key.
 
     ``Partition(table, "order-42")`` puts the stream in its own table partition.
     ``Partition(table, "tenant-7|order-42")`` or ``Partition(table, "tenant-7",
@@ -56,12 +58,14 @@ class Partition:
 
     __slots__ = ("_key", "partition_key", "row_key_prefix", "table")
 
-    table: TableClient
+    table: TableClient | AsyncTableClient
     partition_key: str
     row_key_prefix: str
     _key: str
 
-    def __init__(self, table: TableClient, key: str, stream: str | None = None) -> None:
+    def __init__(
+        self, table: TableClient | AsyncTableClient, key: str, stream: str | None = None
+    ) -> None:
         if stream is None:
             if not isinstance(key, str):
                 raise TypeError(f"partition key must be a str, got {type(key).__name__}: {key!r}")

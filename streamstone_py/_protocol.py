@@ -118,6 +118,21 @@ def sdk_operation(op: TableOperation) -> tuple[Any, ...]:
             return ("upsert", op.entity, {"mode": UpdateMode.MERGE})
 
 
+class Done(Exception):
+    """Raised by :func:`advance` with the verb's outcome once it has returned."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+def advance(steps: Steps[Any], result: object, error: AzureError | None) -> Request:
+    """Give the verb the last result (or throw it the last error); return its next request."""
+    try:
+        return steps.throw(error) if error is not None else steps.send(result)
+    except StopIteration as stop:
+        raise Done(stop.value) from None
+
+
 def _execute(table: TableClient, request: Request) -> object:
     match request:
         case GetEntity(partition_key, row_key):
@@ -147,17 +162,23 @@ def _execute(table: TableClient, request: Request) -> object:
     raise TypeError(f"unknown request {request!r}")
 
 
-def run(table: TableClient, steps: Steps[T]) -> T:
+def run(table: object, steps: Steps[T]) -> T:
     """Drive a verb to its outcome with the sync ``TableClient``."""
     result: object = None
     error: AzureError | None = None
     while True:
         try:
-            request = steps.throw(error) if error is not None else steps.send(result)
-        except StopIteration as stop:
-            return cast(T, stop.value)
-        error = None
+            request = advance(steps, result, error)
+        except Done as done:
+            return cast(T, done.value)
+        if not isinstance(table, TableClient):
+            steps.close()
+            raise TypeError(
+                f"the partition's table must be an azure.data.tables.TableClient, got "
+                f"{type(table).__name__} (use streamstone_py.aio with the async client)"
+            )
+        result, error = None, None
         try:
             result = _execute(table, request)
         except AzureError as exc:
-            result, error = None, exc
+            error = exc

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import _operations
-from ._errors import StreamNotFoundError
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import run
@@ -102,10 +101,7 @@ class Stream:
     @staticmethod
     def open(partition: Partition) -> Stream:
         """Read the stream's header. Raises :class:`StreamNotFoundError` if missing."""
-        stream = Stream.try_open(partition)
-        if stream is None:
-            raise StreamNotFoundError(partition)
-        return stream
+        return run(partition.table, _operations.open_stream(partition))
 
     @staticmethod
     def try_open(partition: Partition) -> Stream | None:
@@ -115,7 +111,7 @@ class Stream:
     @staticmethod
     def exists(partition: Partition) -> bool:
         """True if the stream has a header row."""
-        return Stream.try_open(partition) is not None
+        return run(partition.table, _operations.exists(partition))
 
     @staticmethod
     def write(
@@ -138,19 +134,10 @@ class Stream:
         atomic per transaction only. If a later transaction fails, the error's
         ``committed`` holds what the earlier ones stored.
         """
-        if isinstance(target, Stream):
-            if expected_version is not None:
-                raise TypeError(
-                    "expected_version is for writes to a Partition, not to a Stream header"
-                )
-            return run(target.partition.table, _operations.write(target, events))
-        if isinstance(target, Partition):
-            if expected_version is None:
-                raise TypeError(
-                    "a write to a Partition needs expected_version=N (0 for a new stream)"
-                )
-            return run(target.table, _operations.write_expected(target, events, expected_version))
-        raise TypeError(f"write target must be a Stream or a Partition, got {target!r}")
+        table = (
+            target.partition.table if isinstance(target, Stream) else getattr(target, "table", None)
+        )
+        return run(table, _operations.write_to(target, events, expected_version))
 
     @staticmethod
     def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:

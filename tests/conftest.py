@@ -1,4 +1,8 @@
-"""Shared fixtures: one Azurite for the whole run, a fresh partition per test."""
+"""Shared fixtures: one Azurite for the whole run, a fresh partition per test.
+
+``partition`` is parametrised over the sync and the async client, so every
+test that takes it runs against both (see ``tests/helpers.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 from azure.data.tables import TableClient, TableServiceClient
+from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from azurite.launcher import account
 from streamstone_py import Partition
+from tests.helpers import register_raw, wait
 
 
 @pytest.fixture(scope="session")
@@ -28,10 +34,25 @@ def service(connection_string: str) -> TableServiceClient:
 def table(service: TableServiceClient) -> Iterator[TableClient]:
     name = "tests" + uuid.uuid4().hex[:12]
     client = service.create_table_if_not_exists(name)
+    register_raw(client)
     yield client
     service.delete_table(name)
 
 
+@pytest.fixture(scope="session")
+def async_table(connection_string: str, table: TableClient) -> Iterator[AsyncTableClient]:
+    client = AsyncTableClient.from_connection_string(connection_string, table.table_name)
+    yield client
+    wait(client.close())
+
+
+@pytest.fixture(params=["sync", "async"])
+def client(request: pytest.FixtureRequest, table: TableClient) -> TableClient | AsyncTableClient:
+    if request.param == "async":
+        return request.getfixturevalue("async_table")  # type: ignore[no-any-return]
+    return table
+
+
 @pytest.fixture
-def partition(table: TableClient) -> Partition:
-    return Partition(table, "p-" + uuid.uuid4().hex)
+def partition(client: TableClient | AsyncTableClient) -> Partition:
+    return Partition(client, "p-" + uuid.uuid4().hex)

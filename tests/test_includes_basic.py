@@ -13,11 +13,11 @@ from streamstone_py import (
     Partition,
     Stream,
 )
-from tests.helpers import rows, snapshot
+from tests.helpers import S, raw, rows, snapshot
 
 
 def test_include_is_written_with_the_event_and_gets_an_etag(partition: Partition) -> None:
-    result = Stream.write(
+    result = S.write(
         Stream(partition),
         EventData(id="e1", includes=[Include.insert({"RowKey": "proj", "Total": 5})]),
     )
@@ -25,31 +25,31 @@ def test_include_is_written_with_the_event_and_gets_an_etag(partition: Partition
     (included,) = result.includes
     assert included.operation == "insert"
     assert included.etag
-    stored = partition.table.get_entity(partition.partition_key, "proj")
+    stored = raw(partition).get_entity(partition.partition_key, "proj")
     assert stored.metadata["etag"] == included.etag
     assert rows(partition)["proj"] == {"Total": 5}
 
     # The ETag comes from the entity as read, or is given explicitly.
     assert Include.replace(stored).etag == included.etag
     change = Include.replace({**stored, "Total": 9}, etag=included.etag)
-    replaced = Stream.write(result.stream, EventData(id="e2", includes=[change]))
+    replaced = S.write(result.stream, EventData(id="e2", includes=[change]))
     assert rows(partition)["proj"] == {"Total": 9}
     assert replaced.includes[0].etag != included.etag
 
     stale = Include.replace({**stored, "Total": 1}, etag=included.etag)
     with pytest.raises(IncludedOperationConflictError):
-        Stream.write(replaced.stream, EventData(id="e3", includes=[stale]))
+        S.write(replaced.stream, EventData(id="e3", includes=[stale]))
     assert rows(partition)["proj"] == {"Total": 9}
 
 
 def test_failing_include_names_the_entity_and_writes_nothing(partition: Partition) -> None:
-    stream = Stream.write(
+    stream = S.write(
         Stream(partition), EventData(id="e1", includes=[Include.insert({"RowKey": "proj"})])
     ).stream
     before = snapshot(partition)
 
     with pytest.raises(IncludedOperationConflictError) as caught:
-        Stream.write(stream, EventData(id="e2", includes=[Include.insert({"RowKey": "proj"})]))
+        S.write(stream, EventData(id="e2", includes=[Include.insert({"RowKey": "proj"})]))
 
     assert caught.value.entity["RowKey"] == "proj"
     assert "'proj'" in str(caught.value)
@@ -57,16 +57,16 @@ def test_failing_include_names_the_entity_and_writes_nothing(partition: Partitio
 
 
 def test_duplicate_id_and_stale_header_win_over_a_failing_include(partition: Partition) -> None:
-    stream = Stream.write(
+    stream = S.write(
         Stream(partition), EventData(id="e1", includes=[Include.insert({"RowKey": "proj"})])
     ).stream
     clash = [Include.insert({"RowKey": "proj"})]
 
     with pytest.raises(DuplicateEventError):
-        Stream.write(stream, EventData(id="e1", includes=clash))
-    Stream.write(stream, EventData(id="e2"))
+        S.write(stream, EventData(id="e1", includes=clash))
+    S.write(stream, EventData(id="e2"))
     with pytest.raises(ConcurrencyConflictError):
-        Stream.write(stream, EventData(id="e3", includes=clash))
+        S.write(stream, EventData(id="e3", includes=clash))
 
 
 def test_includes_may_not_address_stream_rows(partition: Partition) -> None:

@@ -9,7 +9,7 @@ import pytest
 from azure.data.tables import TableClient
 
 from streamstone_py import EventData, Partition, Stream
-from tests.helpers import rows
+from tests.helpers import S, rows
 
 
 @pytest.mark.parametrize(
@@ -50,21 +50,21 @@ def test_id_too_long_for_its_row_key_is_refused_before_writing(partition: Partit
     # 509 characters fit a key alone (1,018 bytes) but not behind "SS-UID-".
     event = EventData(id="i" * 509)
     with pytest.raises(ValueError, match="row key"):
-        Stream.write(Stream(partition), event)
+        S.write(Stream(partition), event)
     assert rows(partition) == {}
 
 
-def test_keys_with_quotes_and_unicode_round_trip(table: TableClient) -> None:
-    partition = Partition(table, f"o'neil-ünï-😀-{uuid.uuid4().hex}")
-    written = Stream.write(Stream(partition), EventData(id="it's-✓", properties={"A": 1}))
-    assert Stream.open(partition) == written.stream
-    assert [(e.version, e.id) for e in Stream.read(partition).events] == [(1, "it's-✓")]
+def test_keys_with_quotes_and_unicode_round_trip(client: TableClient) -> None:
+    partition = Partition(client, f"o'neil-ünï-😀-{uuid.uuid4().hex}")
+    written = S.write(Stream(partition), EventData(id="it's-✓", properties={"A": 1}))
+    assert S.open(partition) == written.stream
+    assert [(e.version, e.id) for e in S.read(partition).events] == [(1, "it's-✓")]
 
 
-def test_longest_key_is_accepted(table: TableClient) -> None:
+def test_longest_key_is_accepted(client: TableClient) -> None:
     key = uuid.uuid4().hex + "k" * (512 - 32)
-    partition = Partition(table, key)
-    assert Stream.provision(partition).version == 0
+    partition = Partition(client, key)
+    assert S.provision(partition).version == 0
 
 
 def test_virtual_partition_forms_are_equal_and_prefix_rows(table: TableClient) -> None:
@@ -118,6 +118,6 @@ def test_bad_property_names_are_refused(name: str) -> None:
 def test_largest_property_values_are_stored(partition: Partition) -> None:
     text = "é" * (32 * 1024)  # 64 KiB in UTF-16
     blob = bytes(range(256)) * 256  # 64 KiB
-    Stream.write(Stream(partition), EventData(id="big", properties={"Text": text, "Blob": blob}))
-    (stored,) = Stream.read(partition).events
+    S.write(Stream(partition), EventData(id="big", properties={"Text": text, "Blob": blob}))
+    (stored,) = S.read(partition).events
     assert stored.properties == {"Text": text, "Blob": blob}

@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+from azure.data.tables import TableClient
 
 from streamstone_py import (
     ConcurrencyConflictError,
@@ -13,12 +14,13 @@ from streamstone_py import (
     Partition,
     Stream,
     StreamNotFoundError,
+    aio,
 )
-from tests.helpers import rows, snapshot
+from tests.helpers import S, rows, snapshot, wait
 
 
 def test_provision_new_stream_stores_only_a_header(partition: Partition) -> None:
-    stream = Stream.provision(partition)
+    stream = S.provision(partition)
 
     assert stream.version == 0
     assert stream.etag
@@ -29,11 +31,11 @@ def test_provision_new_stream_stores_only_a_header(partition: Partition) -> None
 
 
 def test_provision_existing_stream_conflicts_and_leaves_it(partition: Partition) -> None:
-    Stream.provision(partition, {"Owner": "first"})
+    S.provision(partition, {"Owner": "first"})
     before = snapshot(partition)
 
     with pytest.raises(ConcurrencyConflictError) as caught:
-        Stream.provision(partition, {"Owner": "second"})
+        S.provision(partition, {"Owner": "second"})
 
     assert caught.value.partition == partition
     assert "already exists" in str(caught.value)
@@ -52,8 +54,8 @@ def test_provision_round_trips_properties_of_every_type(partition: Partition) ->
         "When": datetime(2024, 2, 29, 12, 30, 1, 123456, tzinfo=UTC),
         "Ref": uuid.UUID("12345678-1234-5678-1234-567812345678"),
     }
-    provisioned = Stream.provision(partition, properties)
-    opened = Stream.open(partition)
+    provisioned = S.provision(partition, properties)
+    opened = S.open(partition)
 
     assert dict(provisioned.properties) == properties
     assert dict(opened.properties) == properties
@@ -62,9 +64,9 @@ def test_provision_round_trips_properties_of_every_type(partition: Partition) ->
 
 
 def test_open_existing_stream(partition: Partition) -> None:
-    provisioned = Stream.provision(partition, {"Kind": "order"})
+    provisioned = S.provision(partition, {"Kind": "order"})
 
-    opened = Stream.open(partition)
+    opened = S.open(partition)
 
     assert opened.version == 0
     assert opened.etag == provisioned.etag
@@ -73,58 +75,58 @@ def test_open_existing_stream(partition: Partition) -> None:
 
 def test_open_missing_stream_raises_not_found(partition: Partition) -> None:
     with pytest.raises(StreamNotFoundError) as caught:
-        Stream.open(partition)
+        S.open(partition)
     assert caught.value.partition == partition
     assert partition.key in str(caught.value)
 
 
 def test_try_open_and_exists(partition: Partition) -> None:
-    assert Stream.try_open(partition) is None
-    assert Stream.exists(partition) is False
+    assert S.try_open(partition) is None
+    assert S.exists(partition) is False
 
-    Stream.provision(partition)
+    S.provision(partition)
 
-    opened = Stream.try_open(partition)
+    opened = S.try_open(partition)
     assert opened is not None
     assert opened.version == 0
-    assert Stream.exists(partition) is True
+    assert S.exists(partition) is True
 
 
 def test_set_properties_replaces_them_and_keeps_version(partition: Partition) -> None:
-    stream = Stream.write(
+    stream = S.write(
         Stream(partition, {"A": 1, "B": "x"}), EventData(id="e1"), EventData(id="e2")
     ).stream
 
-    updated = Stream.set_properties(stream, {"B": "y", "C": 3.5})
+    updated = S.set_properties(stream, {"B": "y", "C": 3.5})
 
     assert updated.version == 2
     assert updated.etag != stream.etag
     assert dict(updated.properties) == {"B": "y", "C": 3.5}
-    assert Stream.open(partition) == updated
+    assert S.open(partition) == updated
     assert rows(partition)["SS-HEAD"] == {"Version": 2, "B": "y", "C": 3.5}
 
 
 def test_set_properties_to_empty_wipes_them(partition: Partition) -> None:
-    stream = Stream.provision(partition, {"A": 1})
-    updated = Stream.set_properties(stream, {})
-    assert dict(Stream.open(partition).properties) == {}
+    stream = S.provision(partition, {"A": 1})
+    updated = S.set_properties(stream, {})
+    assert dict(S.open(partition).properties) == {}
     assert updated.version == 0
 
 
 def test_set_properties_with_stale_header_conflicts(partition: Partition) -> None:
-    stale = Stream.provision(partition, {"A": 1})
-    Stream.write(stale, EventData(id="e1"))
+    stale = S.provision(partition, {"A": 1})
+    S.write(stale, EventData(id="e1"))
     before = snapshot(partition)
 
     with pytest.raises(ConcurrencyConflictError):
-        Stream.set_properties(stale, {"A": 2})
+        S.set_properties(stale, {"A": 2})
 
     assert snapshot(partition) == before
 
 
 def test_set_properties_on_transient_stream_is_refused(partition: Partition) -> None:
     with pytest.raises(ValueError, match="transient"):
-        Stream.set_properties(Stream(partition), {"A": 1})
+        S.set_properties(Stream(partition), {"A": 1})
     assert rows(partition) == {}
 
 
@@ -134,12 +136,12 @@ def test_set_properties_on_transient_stream_is_refused(partition: Partition) -> 
 )
 def test_reserved_stream_property_names_are_refused(partition: Partition, name: str) -> None:
     with pytest.raises(ValueError, match="reserved"):
-        Stream.provision(partition, {name: "x"})
+        S.provision(partition, {name: "x"})
     with pytest.raises(ValueError, match="reserved"):
         Stream(partition, {name: "x"})
-    stream = Stream.provision(partition)
+    stream = S.provision(partition)
     with pytest.raises(ValueError, match="reserved"):
-        Stream.set_properties(stream, {name: "x"})
+        S.set_properties(stream, {name: "x"})
     assert rows(partition) == {"SS-HEAD": {"Version": 0}}
 
 
@@ -152,3 +154,14 @@ def test_stream_header_is_immutable(partition: Partition) -> None:
     assert stream.is_transient
     assert stream.version == 0
     assert stream.etag is None
+
+
+def test_verbs_refuse_the_other_kind_of_client(table: TableClient, async_table: object) -> None:
+    sync_partition = Partition(table, "p-" + uuid.uuid4().hex)
+    async_partition = Partition(async_table, "p-" + uuid.uuid4().hex)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"streamstone_py\.aio"):
+        Stream.provision(async_partition)
+    with pytest.raises(TypeError, match=r"streamstone_py\.Stream"):
+        wait(aio.Stream.provision(sync_partition))
+    assert rows(sync_partition) == {}
+    assert rows(async_partition) == {}

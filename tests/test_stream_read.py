@@ -5,28 +5,29 @@ from __future__ import annotations
 import pytest
 
 from streamstone_py import EventData, Partition, RecordedEvent, Stream, StreamNotFoundError
+from tests.helpers import S
 
 
 def _write(partition: Partition, count: int) -> Stream:
     events = [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, count + 1)]
-    return Stream.write(Stream(partition), *events).stream
+    return S.write(Stream(partition), *events).stream
 
 
 @pytest.mark.parametrize(("start", "size"), [(0, 10), (-5, 10), (1, 0), (1, -1)])
 def test_bad_arguments_are_value_errors(partition: Partition, start: int, size: int) -> None:
     with pytest.raises(ValueError, match="must be >= 1"):
-        Stream.read(partition, start_version=start, slice_size=size)
+        S.read(partition, start_version=start, slice_size=size)
 
 
 def test_missing_stream_is_not_found(partition: Partition) -> None:
     with pytest.raises(StreamNotFoundError):
-        Stream.read(partition)
+        S.read(partition)
 
 
 def test_empty_stream(partition: Partition) -> None:
-    provisioned = Stream.provision(partition)
+    provisioned = S.provision(partition)
 
-    result = Stream.read(partition)
+    result = S.read(partition)
 
     assert result.stream == provisioned
     assert result.events == ()
@@ -37,7 +38,7 @@ def test_empty_stream(partition: Partition) -> None:
 def test_start_past_the_end(partition: Partition) -> None:
     stream = _write(partition, 3)
 
-    result = Stream.read(partition, start_version=10)
+    result = S.read(partition, start_version=10)
 
     assert result.stream == stream
     assert not result.has_events
@@ -47,7 +48,7 @@ def test_start_past_the_end(partition: Partition) -> None:
 def test_all_events_in_one_slice_in_version_order_with_ids(partition: Partition) -> None:
     stream = _write(partition, 5)
 
-    result = Stream.read(partition)
+    result = S.read(partition)
 
     assert result.stream == stream
     assert result.is_end_of_stream
@@ -60,7 +61,7 @@ def test_paging_with_slice_size_one_to_the_end(partition: Partition) -> None:
     start = 1
     slices = 0
     while True:
-        page = Stream.read(partition, start_version=start, slice_size=1)
+        page = S.read(partition, start_version=start, slice_size=1)
         slices += 1
         assert len(page.events) == 1
         seen += page.events
@@ -73,10 +74,10 @@ def test_paging_with_slice_size_one_to_the_end(partition: Partition) -> None:
 
 def test_slices_bigger_than_the_service_page(partition: Partition) -> None:
     # 1,200 events: the service answers 1,000 rows per page; one slice follows the pages.
-    Stream.write(Stream(partition), *[EventData(properties={"N": i}) for i in range(1, 1201)])
+    S.write(Stream(partition), *[EventData(properties={"N": i}) for i in range(1, 1201)])
 
-    whole = Stream.read(partition, slice_size=1500)
-    middle = Stream.read(partition, start_version=990, slice_size=20)
+    whole = S.read(partition, slice_size=1500)
+    middle = S.read(partition, start_version=990, slice_size=20)
 
     assert [e.version for e in whole.events] == list(range(1, 1201))
     assert whole.is_end_of_stream

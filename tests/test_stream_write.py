@@ -15,7 +15,7 @@ from streamstone_py import (
     Stream,
     StreamNotFoundError,
 )
-from tests.helpers import rows, snapshot
+from tests.helpers import S, raw, rows, snapshot
 
 
 def event(id: str, **properties: object) -> EventData:
@@ -23,7 +23,7 @@ def event(id: str, **properties: object) -> EventData:
 
 
 def test_write_to_new_stream_creates_it_with_exact_rows(partition: Partition) -> None:
-    result = Stream.write(Stream(partition, {"Owner": "me"}), event("e1", N=1), event("e2", N=2))
+    result = S.write(Stream(partition, {"Owner": "me"}), event("e1", N=1), event("e2", N=2))
 
     assert result.stream.version == 2
     assert result.stream.etag
@@ -42,15 +42,15 @@ def test_write_to_new_stream_creates_it_with_exact_rows(partition: Partition) ->
 
 
 def test_write_to_existing_stream_advances_version_and_etag(partition: Partition) -> None:
-    provisioned = Stream.provision(partition)
-    first = Stream.write(provisioned, event("e1"))
-    second = Stream.write(first.stream, event("e2"), event("e3"))
+    provisioned = S.provision(partition)
+    first = S.write(provisioned, event("e1"))
+    second = S.write(first.stream, event("e2"), event("e3"))
 
     assert first.stream.version == 1
     assert second.stream.version == 3
     assert len({provisioned.etag, first.stream.etag, second.stream.etag}) == 3
     assert [e.version for e in second.events] == [2, 3]
-    assert Stream.open(partition) == second.stream
+    assert S.open(partition) == second.stream
     assert sorted(rows(partition)) == [
         "SS-HEAD",
         "SS-SE-0000000001",
@@ -63,7 +63,7 @@ def test_write_to_existing_stream_advances_version_and_etag(partition: Partition
 
 
 def test_events_without_ids_store_no_id_rows(partition: Partition) -> None:
-    result = Stream.write(Stream(partition), EventData(properties={"A": 1}), EventData())
+    result = S.write(Stream(partition), EventData(properties={"A": 1}), EventData())
 
     assert [(e.version, e.id) for e in result.events] == [(1, None), (2, None)]
     assert rows(partition) == {
@@ -74,18 +74,18 @@ def test_events_without_ids_store_no_id_rows(partition: Partition) -> None:
 
 
 def test_write_with_transient_header_over_existing_stream_conflicts(partition: Partition) -> None:
-    Stream.provision(partition)
+    S.provision(partition)
     before = snapshot(partition)
 
     with pytest.raises(ConcurrencyConflictError, match="already exists"):
-        Stream.write(Stream(partition), event("e1"))
+        S.write(Stream(partition), event("e1"))
 
     assert snapshot(partition) == before
 
 
 def _change_header(partition: Partition) -> None:
-    header = partition.table.get_entity(partition.partition_key, "SS-HEAD")
-    partition.table.update_entity(
+    header = raw(partition).get_entity(partition.partition_key, "SS-HEAD")
+    raw(partition).update_entity(
         header,
         mode=UpdateMode.REPLACE,
         etag=header.metadata["etag"],
@@ -107,97 +107,97 @@ def _change_header(partition: Partition) -> None:
 def test_write_conflicts_leave_partition_unchanged(
     partition: Partition, header_changed: bool, event_exists: bool, id_exists: bool
 ) -> None:
-    stream = Stream.write(Stream(partition), event("e1")).stream
+    stream = S.write(Stream(partition), event("e1")).stream
     pk = partition.partition_key
     if header_changed:
         _change_header(partition)
     if event_exists:
-        partition.table.create_entity(
+        raw(partition).create_entity(
             {"PartitionKey": pk, "RowKey": "SS-SE-0000000002", "Version": 2}
         )
     if id_exists:
-        partition.table.create_entity({"PartitionKey": pk, "RowKey": "SS-UID-e2", "Version": 2})
+        raw(partition).create_entity({"PartitionKey": pk, "RowKey": "SS-UID-e2", "Version": 2})
     before = snapshot(partition)
 
     with pytest.raises(ConcurrencyConflictError) as caught:
-        Stream.write(stream, event("e2"))
+        S.write(stream, event("e2"))
 
     assert caught.value.partition == partition
     assert snapshot(partition) == before
 
 
 def test_id_row_alone_reports_duplicate(partition: Partition) -> None:
-    stream = Stream.write(Stream(partition), event("e1")).stream
-    partition.table.create_entity(
+    stream = S.write(Stream(partition), event("e1")).stream
+    raw(partition).create_entity(
         {"PartitionKey": partition.partition_key, "RowKey": "SS-UID-e2", "Version": 9}
     )
     before = snapshot(partition)
 
     with pytest.raises(DuplicateEventError) as caught:
-        Stream.write(stream, event("e2"))
+        S.write(stream, event("e2"))
 
     assert caught.value.id == "e2"
     assert snapshot(partition) == before
 
 
 def test_duplicate_event_inside_a_write_names_it_and_writes_nothing(partition: Partition) -> None:
-    stream = Stream.write(Stream(partition), event("e1"), event("e2")).stream
+    stream = S.write(Stream(partition), event("e1"), event("e2")).stream
     before = snapshot(partition)
 
     with pytest.raises(DuplicateEventError) as caught:
-        Stream.write(stream, event("e3"), event("e2"))
+        S.write(stream, event("e3"), event("e2"))
 
     assert caught.value.id == "e2"
     assert caught.value.partition == partition
     assert "'e2'" in str(caught.value)
     assert snapshot(partition) == before
-    assert Stream.open(partition).version == 2
+    assert S.open(partition).version == 2
 
 
 def test_same_id_twice_in_one_write_is_refused_before_sending(partition: Partition) -> None:
     with pytest.raises(ValueError, match="'x' appears twice"):
-        Stream.write(Stream(partition), event("x"), event("x"))
+        S.write(Stream(partition), event("x"), event("x"))
     assert rows(partition) == {}
 
 
 def test_expected_version_writes(partition: Partition) -> None:
-    first = Stream.write(partition, event("e1"), event("e2"), expected_version=0)
+    first = S.write(partition, event("e1"), event("e2"), expected_version=0)
     assert first.stream.version == 2
 
-    second = Stream.write(partition, event("e3"), expected_version=2)
+    second = S.write(partition, event("e3"), expected_version=2)
     assert second.stream.version == 3
     assert [e.version for e in second.events] == [3]
 
     before = snapshot(partition)
     with pytest.raises(ConcurrencyConflictError, match="already exists"):
-        Stream.write(partition, event("e4"), expected_version=0)
+        S.write(partition, event("e4"), expected_version=0)
     with pytest.raises(ConcurrencyConflictError, match="expected version 2, the stream is at 3"):
-        Stream.write(partition, event("e4"), expected_version=2)
+        S.write(partition, event("e4"), expected_version=2)
     assert snapshot(partition) == before
 
 
 def test_expected_version_of_missing_stream_is_not_found(partition: Partition) -> None:
     with pytest.raises(StreamNotFoundError):
-        Stream.write(partition, event("e1"), expected_version=3)
+        S.write(partition, event("e1"), expected_version=3)
     assert rows(partition) == {}
 
 
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
 def test_expected_version_must_be_a_non_negative_int(partition: Partition, bad: object) -> None:
     with pytest.raises((ValueError, TypeError), match="expected_version"):
-        Stream.write(partition, event("e1"), expected_version=bad)  # type: ignore[arg-type]
+        S.write(partition, event("e1"), expected_version=bad)  # type: ignore[arg-type]
 
 
 def test_write_argument_errors(partition: Partition) -> None:
     stream = Stream(partition)
     with pytest.raises(ValueError, match="at least one event"):
-        Stream.write(stream)
+        S.write(stream)
     with pytest.raises(TypeError, match="expected_version"):
-        Stream.write(partition, event("e1"))
+        S.write(partition, event("e1"))
     with pytest.raises(TypeError, match="expected_version"):
-        Stream.write(stream, event("e1"), expected_version=0)
+        S.write(stream, event("e1"), expected_version=0)
     with pytest.raises(TypeError, match="EventData"):
-        Stream.write(stream, {"Type": "x"})  # type: ignore[arg-type]
+        S.write(stream, {"Type": "x"})  # type: ignore[arg-type]
     assert rows(partition) == {}
 
 
@@ -205,11 +205,11 @@ def test_write_over_batch_limit_is_split_and_fully_stored(partition: Partition) 
     # 150 events with ids need 300 rows: at least four transactions of <= 99 rows each.
     events = [event(f"e{i}", N=i) for i in range(1, 151)]
 
-    result = Stream.write(Stream(partition), *events)
+    result = S.write(Stream(partition), *events)
 
     assert result.stream.version == 150
     assert [e.version for e in result.events] == list(range(1, 151))
-    assert Stream.open(partition) == result.stream
+    assert S.open(partition) == result.stream
     stored = rows(partition)
     assert len(stored) == 1 + 150 + 150
     assert stored["SS-HEAD"] == {"Version": 150}
@@ -225,32 +225,32 @@ def test_write_over_batch_limit_is_split_and_fully_stored(partition: Partition) 
 
 def test_exactly_99_rows_fit_one_transaction_and_100_do_not(partition: Partition) -> None:
     # 99 id-less events + the header = 100 operations: one transaction.
-    one = Stream.write(Stream(partition), *[EventData() for _ in range(99)])
+    one = S.write(Stream(partition), *[EventData() for _ in range(99)])
     assert one.stream.version == 99
-    assert one.stream.etag == Stream.open(partition).etag
+    assert one.stream.etag == S.open(partition).etag
 
     other = Partition(partition.table, partition.partition_key + "-b")
-    two = Stream.write(Stream(other), *[EventData() for _ in range(100)])
+    two = S.write(Stream(other), *[EventData() for _ in range(100)])
     assert two.stream.version == 100
     assert len(rows(other)) == 101
 
 
 def test_failure_in_a_later_chunk_reports_what_was_committed(partition: Partition) -> None:
-    Stream.provision(partition)
+    S.provision(partition)
     # Plant an id row that the second transaction of the write will collide with.
-    partition.table.create_entity(
+    raw(partition).create_entity(
         {"PartitionKey": partition.partition_key, "RowKey": "SS-UID-e80", "Version": 999}
     )
-    stream = Stream.open(partition)
+    stream = S.open(partition)
     events = [event(f"e{i}") for i in range(1, 81)]  # 160 rows: two transactions
 
     with pytest.raises(DuplicateEventError) as caught:
-        Stream.write(stream, *events)
+        S.write(stream, *events)
 
     committed = caught.value.committed
     assert committed is not None
     assert committed.stream.version == len(committed.events) == 49
-    assert Stream.open(partition) == committed.stream
+    assert S.open(partition) == committed.stream
     assert caught.value.id == "e80"
 
 

@@ -1,0 +1,158 @@
+"""The stream verbs as coroutines, over ``azure.data.tables.aio.TableClient``.
+
+The same verbs as :class:`streamstone_py.Stream`, with the same rows, checks,
+chunking and errors: both run the engine's one implementation of each verb,
+only the I/O differs. Headers are ordinary :class:`streamstone_py.Stream`
+values::
+
+    from azure.data.tables.aio import TableServiceClient
+    from streamstone_py import EventData, Partition
+    from streamstone_py import aio
+
+    async with TableServiceClient.from_connection_string(conn) as service:
+        table = await service.create_table_if_not_exists("orders")
+        partition = Partition(table, "order-42")
+        result = await aio.Stream.write(partition, EventData(id="m-1"), expected_version=0)
+
+The async client needs ``aiohttp``, a dependency of this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeVar, cast
+
+from azure.core import MatchConditions
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.data.tables import UpdateMode
+from azure.data.tables.aio import TableClient as AsyncTableClient
+
+from . import _operations
+from ._model import EventData, StreamSlice, WriteResult
+from ._partition import Partition
+from ._protocol import (
+    CreateEntity,
+    Done,
+    GetEntity,
+    QueryEntities,
+    Request,
+    Row,
+    Steps,
+    SubmitTransaction,
+    UpdateEntity,
+    advance,
+    sdk_operation,
+)
+from ._stream import Stream as StreamHeader
+from ._values import PropertyValue
+
+__all__ = ["Stream", "run"]
+
+T = TypeVar("T")
+
+
+async def _execute(table: AsyncTableClient, request: Request) -> object:
+    match request:
+        case GetEntity(partition_key, row_key):
+            try:
+                entity = await table.get_entity(partition_key, row_key)
+            except ResourceNotFoundError:
+                return None
+            return Row(dict(entity), str(entity.metadata["etag"]))
+        case QueryEntities(filter, parameters, page_size):
+            pages = table.query_entities(
+                filter, parameters=dict(parameters), results_per_page=page_size
+            )
+            return [Row(entity, str(entity.metadata["etag"])) async for entity in pages]
+        case CreateEntity(entity):
+            return str((await table.create_entity(entity))["etag"])
+        case UpdateEntity(entity, etag):
+            metadata = await table.update_entity(
+                entity,
+                mode=UpdateMode.REPLACE,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+            return str(metadata["etag"])
+        case SubmitTransaction(operations):
+            results = await table.submit_transaction([sdk_operation(op) for op in operations])
+            return [r.get("etag") for r in results]
+    raise TypeError(f"unknown request {request!r}")
+
+
+async def run(table: object, steps: Steps[T]) -> T:
+    """Drive a verb to its outcome with the async ``TableClient``."""
+    result: object = None
+    error: AzureError | None = None
+    while True:
+        try:
+            request = advance(steps, result, error)
+        except Done as done:
+            return cast(T, done.value)
+        if not isinstance(table, AsyncTableClient):
+            steps.close()
+            raise TypeError(
+                "the partition's table must be an azure.data.tables.aio.TableClient, got "
+                f"{type(table).__name__} (use streamstone_py.Stream with the sync client)"
+            )
+        result, error = None, None
+        try:
+            result = await _execute(table, request)
+        except AzureError as exc:
+            error = exc
+
+
+class Stream:
+    """The verbs of :class:`streamstone_py.Stream`, as coroutines.
+
+    Build transient headers with ``streamstone_py.Stream(partition)``; every
+    verb here returns the same header type.
+    """
+
+    @staticmethod
+    async def provision(
+        partition: Partition, properties: Mapping[str, PropertyValue] | None = None
+    ) -> StreamHeader:
+        """Create an empty stream; see :meth:`streamstone_py.Stream.provision`."""
+        return await run(partition.table, _operations.provision(partition, properties))
+
+    @staticmethod
+    async def open(partition: Partition) -> StreamHeader:
+        """Read the header; see :meth:`streamstone_py.Stream.open`."""
+        return await run(partition.table, _operations.open_stream(partition))
+
+    @staticmethod
+    async def try_open(partition: Partition) -> StreamHeader | None:
+        """Read the header or ``None``; see :meth:`streamstone_py.Stream.try_open`."""
+        return await run(partition.table, _operations.try_open(partition))
+
+    @staticmethod
+    async def exists(partition: Partition) -> bool:
+        """True if the stream exists."""
+        return await run(partition.table, _operations.exists(partition))
+
+    @staticmethod
+    async def write(
+        target: StreamHeader | Partition, *events: EventData, expected_version: int | None = None
+    ) -> WriteResult:
+        """Append events; see :meth:`streamstone_py.Stream.write`."""
+        table = (
+            target.partition.table
+            if isinstance(target, StreamHeader)
+            else getattr(target, "table", None)
+        )
+        return await run(table, _operations.write_to(target, events, expected_version))
+
+    @staticmethod
+    async def read(
+        partition: Partition, start_version: int = 1, slice_size: int = 1000
+    ) -> StreamSlice:
+        """Read one slice; see :meth:`streamstone_py.Stream.read`."""
+        return await run(partition.table, _operations.read(partition, start_version, slice_size))
+
+    @staticmethod
+    async def set_properties(
+        stream: StreamHeader, properties: Mapping[str, PropertyValue]
+    ) -> StreamHeader:
+        """Replace the properties; see :meth:`streamstone_py.Stream.set_properties`."""
+        return await run(stream.partition.table, _operations.set_properties(stream, properties))
