@@ -12,7 +12,7 @@ from ._values import RESERVED_NAMES, SYSTEM_NAMES, PropertyValue, convert_proper
 if TYPE_CHECKING:
     from ._stream import Stream
 
-__all__ = ["EventData", "Include", "RecordedEvent", "StreamSlice", "WriteResult"]
+__all__ = ["EventData", "Include", "RecordedEvent", "StreamSlice", "WriteResult", "fold_includes"]
 
 IncludeOperation = Literal["insert", "replace", "delete", "insert_or_merge", "insert_or_replace"]
 
@@ -59,6 +59,16 @@ class Include:
     def row_key(self) -> str:
         return str(self.entity["RowKey"])
 
+    @classmethod
+    def _applied(
+        cls, operation: IncludeOperation, entity: Mapping[str, Any], etag: str | None
+    ) -> Include:
+        """The include as written, with the row's new ETag (``None`` once deleted)."""
+        applied = object.__new__(cls)
+        for name, value in (("operation", operation), ("entity", entity), ("etag", etag)):
+            object.__setattr__(applied, name, value)
+        return applied
+
     def table_entity(self, partition_key: str) -> dict[str, Any]:
         """The entity as sent: user properties converted, PartitionKey set."""
         body = {k: v for k, v in self.entity.items() if k not in ("PartitionKey", "RowKey")}
@@ -97,6 +107,54 @@ class Include:
     def insert_or_replace(cls, entity: Mapping[str, Any]) -> Include:
         """Insert, or replace the existing row."""
         return cls("insert_or_replace", dict(entity))
+
+
+def _follow(current: Include | None, following: Include) -> Include | None:
+    """Streamstone's change-tracking table: one row's two includes as one (None: no-op)."""
+    kind = following.operation
+    if current is None:  # an Insert then a Delete left nothing to act on
+        if kind in ("insert", "insert_or_merge", "insert_or_replace"):
+            return following
+    elif current.operation == "insert":
+        if kind == "replace":
+            return Include("insert", following.entity)
+        if kind == "delete":
+            return None
+    elif current.operation == "replace":
+        # The first operation's ETag guards the row as it was read.
+        if kind == "replace":
+            return Include("replace", following.entity, current.etag)
+        if kind == "delete":
+            return Include("delete", following.entity, current.etag)
+    elif current.operation == "delete":
+        if kind == "insert":
+            return Include("replace", following.entity, current.etag)
+    elif current.operation == "insert_or_merge":
+        if kind == "insert_or_merge":
+            return Include("insert_or_merge", {**current.entity, **following.entity})
+    elif current.operation == "insert_or_replace" and kind == "insert_or_replace":
+        return following
+    before = current.operation if current is not None else "insert then delete"
+    raise ValueError(
+        f"included {kind!r} of RowKey {following.row_key!r} cannot follow {before!r} "
+        "of the same row in one write"
+    )
+
+
+def fold_includes(includes: Sequence[Include]) -> list[Include]:
+    """Fold several includes of one RowKey into one operation, in first-seen order.
+
+    Insert+Replace -> Insert; Insert+Delete -> nothing; Replace+Replace ->
+    Replace; Replace+Delete -> Delete; Delete+Insert -> Replace; InsertOrMerge
+    twice -> InsertOrMerge (properties merged); InsertOrReplace twice ->
+    InsertOrReplace; after Insert+Delete only an insert kind may follow. Any
+    other pair is a ``ValueError``, raised before anything is sent.
+    """
+    state: dict[str, Include | None] = {}
+    for include in includes:
+        key = include.row_key
+        state[key] = _follow(state[key], include) if key in state else include
+    return [include for include in state.values() if include is not None]
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -19,7 +19,7 @@ from ._errors import (
     StreamstoneError,
     _WriteError,
 )
-from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
+from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult, fold_includes
 from ._partition import Partition
 from ._protocol import (
     Entity,
@@ -219,7 +219,17 @@ class _Chunk:
     operations: list[TableOperation] = field(default_factory=list)
     # What each operation is, to map a failing index back to an error.
     roles: list[EventData | Include | int] = field(default_factory=list)
+    includes: list[Include] = field(default_factory=list)
+    count: int = 0
     payload: int = 0
+
+    def add_includes(self, partition_key: str, track_changes: bool) -> None:
+        """Append the include operations after the event rows, as Streamstone orders them."""
+        for include in fold_includes(self.includes) if track_changes else self.includes:
+            etag = include.etag if include.operation in ("replace", "delete") else None
+            entity = include.table_entity(partition_key)
+            self.operations.append(TableOperation(_INCLUDE_KINDS[include.operation], entity, etag))
+            self.roles.append(include)
 
 
 def _event_operations(
@@ -241,38 +251,49 @@ def _event_operations(
         ops.append(TableOperation("create", id_row))
         roles.append(event)
     check_entity(row, f"event {event.id or version!r}")
-    for include in event.includes:
-        entity = include.table_entity(pk)
-        check_entity(entity, f"included entity {include.row_key!r}")
-        etag = include.etag if include.operation in ("replace", "delete") else None
-        ops.append(TableOperation(_INCLUDE_KINDS[include.operation], entity, etag))
-        roles.append(include)
     return ops, roles
 
 
-def _plan(stream: _stream.Stream, events: Sequence[EventData], header_payload: int) -> list[_Chunk]:
-    """Split the write into transactions of at most 100 operations and 4 MiB."""
+def _plan(
+    stream: _stream.Stream, events: Sequence[EventData], header_payload: int, track_changes: bool
+) -> list[_Chunk]:
+    """Split the write into transactions of at most 100 operations and 4 MiB.
+
+    Each event is measured alone first, so an event that cannot fit any
+    transaction is refused before anything of the write is sent.
+    """
     op_budget = MAX_BATCH_OPERATIONS - 1  # the header is in every transaction
     byte_budget = MAX_BATCH_BYTES - header_payload
+    pk = stream.partition.partition_key
     chunks = [_Chunk()]
     for offset, event in enumerate(events):
         version = stream.version + offset + 1
         ops, roles = _event_operations(stream.partition, version, event)
+        includes = fold_includes(event.includes) if track_changes else list(event.includes)
+        count = len(ops) + len(includes)
         payload = sum(payload_size(op.entity) for op in ops)
-        if len(ops) > op_budget or payload > byte_budget:
+        for include in includes:
+            entity = include.table_entity(pk)
+            check_entity(entity, f"included entity {include.row_key!r}")
+            payload += payload_size(entity)
+        if count > op_budget or payload > byte_budget:
             raise ValueError(
-                f"event {event.id or offset!r} needs {len(ops)} operations and about "
+                f"event {event.id or version!r} needs {count} operations and about "
                 f"{payload} bytes; one transaction holds {op_budget} besides the header "
                 f"and {MAX_BATCH_BYTES} bytes"
             )
         chunk = chunks[-1]
-        if len(chunk.operations) + len(ops) > op_budget or chunk.payload + payload > byte_budget:
+        if chunk.count + count > op_budget or chunk.payload + payload > byte_budget:
             chunk = _Chunk()
             chunks.append(chunk)
         chunk.events.append(event)
         chunk.operations += ops
         chunk.roles += roles
+        chunk.includes += event.includes
+        chunk.count += count
         chunk.payload += payload
+    for chunk in chunks:
+        chunk.add_includes(pk, track_changes)
     return chunks
 
 
@@ -312,12 +333,14 @@ def _map_transaction_error(
     return None
 
 
-def write(stream: _stream.Stream, events: Sequence[EventData]) -> Steps[WriteResult]:
+def write(
+    stream: _stream.Stream, events: Sequence[EventData], track_changes: bool = True
+) -> Steps[WriteResult]:
     _check_events(events)
     partition = stream.partition
     header_props = convert_properties(stream.properties, RESERVED_NAMES, "stream")
     header_payload = payload_size(_header_entity(partition, stream.version, stream.properties))
-    chunks = _plan(stream, events, header_payload)
+    chunks = _plan(stream, events, header_payload, track_changes)
     current = stream
     recorded: list[RecordedEvent] = []
     includes: list[Include] = []
@@ -350,28 +373,34 @@ def write(stream: _stream.Stream, events: Sequence[EventData]) -> Steps[WriteRes
         for role, op, new_etag in zip(chunk.roles, chunk.operations, etags[1:], strict=True):
             if isinstance(role, Include):
                 kept = None if op.kind == "delete" else new_etag
-                includes.append(Include(role.operation, role.entity, kept))
+                includes.append(Include._applied(role.operation, role.entity, kept))
         current = _stream.Stream._stored(partition, etag, version, stream.properties)
     return WriteResult(current, tuple(recorded), tuple(includes))
 
 
 def write_to(
-    target: _stream.Stream | Partition, events: Sequence[EventData], expected_version: int | None
+    target: _stream.Stream | Partition,
+    events: Sequence[EventData],
+    expected_version: int | None,
+    track_changes: bool = True,
 ) -> Steps[WriteResult]:
     """``Stream.write``'s two forms: after a header, or at an expected version."""
     if isinstance(target, _stream.Stream):
         if expected_version is not None:
             raise TypeError("expected_version is for writes to a Partition, not to a header")
-        return (yield from write(target, events))
+        return (yield from write(target, events, track_changes))
     if isinstance(target, Partition):
         if expected_version is None:
             raise TypeError("a write to a Partition needs expected_version=N (0: a new stream)")
-        return (yield from write_expected(target, events, expected_version))
+        return (yield from write_expected(target, events, expected_version, track_changes))
     raise TypeError(f"write target must be a Stream or a Partition, got {target!r}")
 
 
 def write_expected(
-    partition: Partition, events: Sequence[EventData], expected_version: int
+    partition: Partition,
+    events: Sequence[EventData],
+    expected_version: int,
+    track_changes: bool = True,
 ) -> Steps[WriteResult]:
     if not isinstance(expected_version, int) or isinstance(expected_version, bool):
         raise TypeError(f"expected_version must be an int, got {expected_version!r}")
@@ -390,4 +419,4 @@ def write_expected(
                 partition, f"expected version {expected_version}, the stream is at {found.version}"
             )
         stream = found
-    return (yield from write(stream, events))
+    return (yield from write(stream, events, track_changes))

@@ -115,7 +115,10 @@ class Stream:
 
     @staticmethod
     def write(
-        target: Stream | Partition, *events: EventData, expected_version: int | None = None
+        target: Stream | Partition,
+        *events: EventData,
+        expected_version: int | None = None,
+        track_changes: bool = True,
     ) -> WriteResult:
         """Append events to a stream in one entity-group transaction.
 
@@ -129,6 +132,10 @@ class Stream:
         if an event id is already stored; :class:`IncludedOperationConflictError`
         if an include fails. In each case the partition is left as it was.
 
+        Several includes of one RowKey in one transaction fold into one
+        operation (see :func:`fold_includes`); ``track_changes=False`` sends
+        them as given.
+
         A write of more than 99 rows, or over 4 MiB, is split into consecutive
         transactions, each conditional on the header of the one before: it is
         atomic per transaction only. If a later transaction fails, the error's
@@ -137,7 +144,7 @@ class Stream:
         table = (
             target.partition.table if isinstance(target, Stream) else getattr(target, "table", None)
         )
-        return run(table, _operations.write_to(target, events, expected_version))
+        return run(table, _operations.write_to(target, events, expected_version, track_changes))
 
     @staticmethod
     def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:

@@ -133,7 +133,10 @@ class Stream:
 
     @staticmethod
     async def write(
-        target: StreamHeader | Partition, *events: EventData, expected_version: int | None = None
+        target: StreamHeader | Partition,
+        *events: EventData,
+        expected_version: int | None = None,
+        track_changes: bool = True,
     ) -> WriteResult:
         """Append events; see :meth:`streamstone_py.Stream.write`."""
         table = (
@@ -141,7 +144,9 @@ class Stream:
             if isinstance(target, StreamHeader)
             else getattr(target, "table", None)
         )
-        return await run(table, _operations.write_to(target, events, expected_version))
+        return await run(
+            table, _operations.write_to(target, events, expected_version, track_changes)
+        )
 
     @staticmethod
     async def read(
