@@ -25,6 +25,7 @@ from ._errors import (
 )
 from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
 from ._partition import Partition
+from ._shard import Shard
 from ._stream import Stream
 from ._values import PropertyValue
 
@@ -37,6 +38,7 @@ __all__ = [
     "Partition",
     "PropertyValue",
     "RecordedEvent",
+    "Shard",
     "Stream",
     "StreamNotFoundError",
     "StreamSlice",
