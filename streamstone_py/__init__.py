@@ -16,6 +16,7 @@ Errors are documented together in :mod:`streamstone_py._errors`; they all
 derive from :class:`StreamstoneError`.
 """
 
+from ._config import TableConfig
 from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -43,6 +44,7 @@ __all__ = [
     "StreamNotFoundError",
     "StreamSlice",
     "StreamstoneError",
+    "TableConfig",
     "WriteResult",
 ]
 

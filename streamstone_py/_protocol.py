@@ -118,6 +118,12 @@ def sdk_operation(op: TableOperation) -> tuple[Any, ...]:
             return ("upsert", op.entity, {"mode": UpdateMode.MERGE})
 
 
+def _table_missing(exc: ResourceNotFoundError) -> bool:
+    """A missing table is an error to report, not a missing stream."""
+    code = getattr(exc, "error_code", None)
+    return getattr(code, "value", code) == "TableNotFound"
+
+
 class Done(Exception):
     """Raised by :func:`advance` with the verb's outcome once it has returned."""
 
@@ -138,7 +144,9 @@ def _execute(table: TableClient, request: Request) -> object:
         case GetEntity(partition_key, row_key):
             try:
                 entity = table.get_entity(partition_key, row_key)
-            except ResourceNotFoundError:
+            except ResourceNotFoundError as exc:
+                if _table_missing(exc):
+                    raise
                 return None
             return Row(dict(entity), str(entity.metadata["etag"]))
         case QueryEntities(filter, parameters, page_size):

@@ -40,6 +40,7 @@ from ._protocol import (
     Steps,
     SubmitTransaction,
     UpdateEntity,
+    _table_missing,
     advance,
     sdk_operation,
 )
@@ -56,7 +57,9 @@ async def _execute(table: AsyncTableClient, request: Request) -> object:
         case GetEntity(partition_key, row_key):
             try:
                 entity = await table.get_entity(partition_key, row_key)
-            except ResourceNotFoundError:
+            except ResourceNotFoundError as exc:
+                if _table_missing(exc):
+                    raise
                 return None
             return Row(dict(entity), str(entity.metadata["etag"]))
         case QueryEntities(filter, parameters, page_size):

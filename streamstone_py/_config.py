@@ -1,0 +1,143 @@
+"""Build table clients from configuration, without ever showing a secret."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from azure.core.credentials import AzureSasCredential
+from azure.data.tables import TableClient
+from azure.data.tables.aio import TableClient as AsyncTableClient
+
+__all__ = ["TableConfig"]
+
+_Client = TypeVar("_Client", TableClient, AsyncTableClient)
+
+_SECRET_SETTINGS = re.compile(r"(AccountKey|SharedAccessSignature)=[^;]*", re.IGNORECASE)
+
+
+def _redact_connection_string(text: str) -> str:
+    return _SECRET_SETTINGS.sub(lambda m: f"{m.group(1)}=***", text)
+
+
+def _public_url(url: str) -> str:
+    """The URL without query string or user info, where a SAS token could hide."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """Where a table is and how to authenticate, in one of three forms.
+
+    - ``TableConfig(table, connection_string=...)``: an account key or
+      Azurite's development account.
+    - ``TableConfig(table, account_url=..., sas_token=...)``: a SAS token.
+    - ``TableConfig(table, account_url=...)``: ``DefaultAzureCredential``
+      from azure-identity (managed identity, workload identity, the Azure CLI).
+
+    The connection string and SAS token never appear in ``repr``, ``str`` or in
+    the errors raised here. ``TableConfig.from_env()`` reads
+    ``STREAMSTONE_TABLE``, ``STREAMSTONE_CONNECTION_STRING``,
+    ``STREAMSTONE_ACCOUNT_URL`` and ``STREAMSTONE_SAS_TOKEN``.
+    """
+
+    table_name: str
+    connection_string: str | None = field(default=None, repr=False)
+    account_url: str | None = None
+    sas_token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table_name, str) or not re.fullmatch(
+            r"[A-Za-z][A-Za-z0-9]{2,62}", self.table_name
+        ):
+            raise ValueError(
+                f"table name {self.table_name!r} is not valid: 3 to 63 letters and digits, "
+                "starting with a letter"
+            )
+        if self.sas_token and not self.account_url:
+            raise ValueError("sas_token needs account_url")
+        if self.connection_string and self.account_url:
+            raise ValueError("give either connection_string or account_url, not both")
+        if not self.connection_string and not self.account_url:
+            raise ValueError("give connection_string, or account_url (with sas_token or not)")
+        if self.account_url:
+            if urlsplit(self.account_url).query:
+                raise ValueError(
+                    f"account_url {_public_url(self.account_url)!r} carries a query string; "
+                    "pass the SAS token as sas_token"
+                )
+            if urlsplit(self.account_url).scheme not in ("http", "https"):
+                raise ValueError(f"account_url {_public_url(self.account_url)!r} is not http(s)")
+
+    @property
+    def mode(self) -> Literal["connection_string", "sas", "default_credential"]:
+        if self.connection_string:
+            return "connection_string"
+        return "sas" if self.sas_token else "default_credential"
+
+    def __repr__(self) -> str:
+        where = f", account_url={_public_url(self.account_url)!r}" if self.account_url else ""
+        return f"TableConfig(table_name={self.table_name!r}, mode={self.mode!r}{where})"
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, table_name: str | None = None
+    ) -> TableConfig:
+        env = os.environ if environ is None else environ
+        name = table_name or env.get("STREAMSTONE_TABLE")
+        if not name:
+            raise ValueError("set STREAMSTONE_TABLE or pass table_name")
+        return cls(
+            name,
+            connection_string=env.get("STREAMSTONE_CONNECTION_STRING") or None,
+            account_url=env.get("STREAMSTONE_ACCOUNT_URL") or None,
+            sas_token=env.get("STREAMSTONE_SAS_TOKEN") or None,
+        )
+
+    def _from_connection_string(self, client: type[_Client]) -> _Client:
+        assert self.connection_string is not None
+        try:
+            return client.from_connection_string(self.connection_string, self.table_name)
+        except ValueError as exc:
+            # The SDK's message may quote the string; ours never does.
+            raise ValueError(
+                f"connection string for table {self.table_name!r} is not valid: "
+                f"{_redact_connection_string(str(exc))}"
+            ) from None
+
+    def table_client(self) -> TableClient:
+        """A sync ``TableClient`` for this table (the table itself is not created)."""
+        if self.connection_string:
+            return self._from_connection_string(TableClient)
+        assert self.account_url is not None
+        if self.sas_token:
+            return TableClient(
+                self.account_url, self.table_name, credential=AzureSasCredential(self.sas_token)
+            )
+        from azure.identity import DefaultAzureCredential
+
+        return TableClient(self.account_url, self.table_name, credential=DefaultAzureCredential())
+
+    def async_table_client(self) -> AsyncTableClient:
+        """An async ``TableClient`` for :mod:`streamstone_py.aio`."""
+        if self.connection_string:
+            return self._from_connection_string(AsyncTableClient)
+        assert self.account_url is not None
+        if self.sas_token:
+            return AsyncTableClient(
+                self.account_url, self.table_name, credential=AzureSasCredential(self.sas_token)
+            )
+        from azure.identity.aio import DefaultAzureCredential
+
+        return AsyncTableClient(
+            self.account_url, self.table_name, credential=DefaultAzureCredential()
+        )

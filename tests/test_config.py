@@ -1,0 +1,121 @@
+"""TableConfig builds working clients and never shows a secret."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+from streamstone_py import EventData, Partition, Stream, TableConfig
+
+SAS = "sv=2024-01-01&ss=t&srt=sco&sp=rwdlacu&se=2099-01-01T00:00:00Z&sig=TOPSECRETsignature%3D"
+KEY = "c2VjcmV0LWtleS1ub3QtZm9yLWV5ZXM="
+FAKE_CS = (
+    "DefaultEndpointsProtocol=http;AccountName=acct;"
+    f"AccountKey={KEY};TableEndpoint=http://127.0.0.1:9/acct;"
+)
+
+
+def _secrets_absent(text: str) -> None:
+    for secret in (KEY, "TOPSECRETsignature", SAS):
+        assert secret not in text
+
+
+def test_connection_string_client_works_against_azurite(connection_string: str) -> None:
+    config = TableConfig("cfg" + uuid.uuid4().hex[:8], connection_string=connection_string)
+    client = config.table_client()
+    client.create_table()
+    written = Stream.write(Partition(client, "k"), EventData(id="m1"), expected_version=0)
+    assert written.stream.version == 1
+    _secrets_absent(repr(config))
+    assert "AccountKey" not in repr(config)
+    assert config.mode == "connection_string"
+
+
+def test_reprs_and_strs_hide_secrets() -> None:
+    for config in (
+        TableConfig("orders", connection_string=FAKE_CS),
+        TableConfig("orders", account_url="https://acct.table.core.windows.net", sas_token=SAS),
+        TableConfig("orders", account_url="https://acct.table.core.windows.net"),
+    ):
+        _secrets_absent(repr(config))
+        _secrets_absent(str(config))
+    assert repr(TableConfig("orders", account_url="https://a.example", sas_token=SAS)) == (
+        "TableConfig(table_name='orders', mode='sas', account_url='https://a.example')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "give connection_string"),
+        ({"connection_string": FAKE_CS, "account_url": "https://a.example"}, "not both"),
+        ({"sas_token": SAS}, "sas_token needs account_url"),
+        ({"account_url": f"https://a.example/?{SAS}"}, "carries a query string"),
+        ({"account_url": "ftp://a.example"}, "not http"),
+    ],
+)
+def test_bad_configuration_errors_name_the_problem_not_the_secret(
+    kwargs: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        TableConfig("orders", **kwargs)
+    _secrets_absent(str(caught.value))
+
+
+def test_malformed_connection_string_error_hides_the_key() -> None:
+    config = TableConfig("orders", connection_string=f"AccountKey={KEY};Nonsense")
+    with pytest.raises(ValueError, match="not valid") as caught:
+        config.table_client()
+    _secrets_absent(str(caught.value))
+    _secrets_absent(repr(caught.value))
+
+
+def test_from_env() -> None:
+    config = TableConfig.from_env(
+        {
+            "STREAMSTONE_TABLE": "orders",
+            "STREAMSTONE_ACCOUNT_URL": "https://a.example",
+            "STREAMSTONE_SAS_TOKEN": SAS,
+        }
+    )
+    assert (config.table_name, config.mode) == ("orders", "sas")
+    with pytest.raises(ValueError, match="STREAMSTONE_TABLE"):
+        TableConfig.from_env({})
+
+
+@pytest.mark.parametrize("table_name", ["ab", "1abc", "has-dash", ""])
+def test_bad_table_names(table_name: str) -> None:
+    with pytest.raises(ValueError, match="table name"):
+        TableConfig(table_name, connection_string=FAKE_CS)
+
+
+def test_sdk_debug_logs_and_errors_of_a_sas_request_hide_the_token(
+    connection_string: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Azurite refuses the forged signature: a real request whose logs and error we can read.
+    endpoint = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    config = TableConfig("nosuchtable", account_url=endpoint, sas_token=SAS)
+    client = config.table_client()
+    with caplog.at_level(logging.DEBUG, logger="azure"), pytest.raises(HttpResponseError) as caught:
+        Stream.open(Partition(client, "k"))
+    assert caplog.records, "the SDK logged nothing; the check would prove nothing"
+    _secrets_absent(caplog.text)
+    _secrets_absent(str(caught.value))
+
+
+def test_sdk_debug_logs_of_a_shared_key_request_hide_the_key(
+    connection_string: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    account_key = connection_string.split("AccountKey=")[1].split(";")[0]
+    client = TableConfig("nosuchtable", connection_string=connection_string).table_client()
+    with (
+        caplog.at_level(logging.DEBUG, logger="azure"),
+        pytest.raises(ResourceNotFoundError) as caught,
+    ):
+        Stream.try_open(Partition(client, "k"))
+    assert "does not exist" in str(caught.value)  # a missing table is not a missing stream
+    assert caplog.records
+    assert account_key not in caplog.text
