@@ -170,6 +170,21 @@ def _execute(table: TableClient, request: Request) -> object:
     raise TypeError(f"unknown request {request!r}")
 
 
+C = TypeVar("C")
+
+
+def require_client(
+    table: object, expected: type[C], name: str, instead: str, steps: Steps[Any]
+) -> C:
+    """Refuse a verb whose partition holds the other kind of client, before any I/O."""
+    if not isinstance(table, expected):
+        steps.close()
+        raise TypeError(
+            f"the partition's table must be an {name}, got {type(table).__name__} (use {instead})"
+        )
+    return table
+
+
 def run(table: object, steps: Steps[T]) -> T:
     """Drive a verb to its outcome with the sync ``TableClient``."""
     result: object = None
@@ -179,14 +194,12 @@ def run(table: object, steps: Steps[T]) -> T:
             request = advance(steps, result, error)
         except Done as done:
             return cast(T, done.value)
-        if not isinstance(table, TableClient):
-            steps.close()
-            raise TypeError(
-                f"the partition's table must be an azure.data.tables.TableClient, got "
-                f"{type(table).__name__} (use streamstone_py.aio with the async client)"
-            )
+        client = require_client(
+            table, TableClient, "azure.data.tables.TableClient",
+            "streamstone_py.aio with the async client", steps,
+        )  # fmt: skip
         result, error = None, None
         try:
-            result = _execute(table, request)
+            result = _execute(client, request)
         except AzureError as exc:
             error = exc

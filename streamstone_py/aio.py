@@ -42,6 +42,7 @@ from ._protocol import (
     UpdateEntity,
     _table_missing,
     advance,
+    require_client,
     sdk_operation,
 )
 from ._stream import Stream as StreamHeader
@@ -92,15 +93,13 @@ async def run(table: object, steps: Steps[T]) -> T:
             request = advance(steps, result, error)
         except Done as done:
             return cast(T, done.value)
-        if not isinstance(table, AsyncTableClient):
-            steps.close()
-            raise TypeError(
-                "the partition's table must be an azure.data.tables.aio.TableClient, got "
-                f"{type(table).__name__} (use streamstone_py.Stream with the sync client)"
-            )
+        client = require_client(
+            table, AsyncTableClient, "azure.data.tables.aio.TableClient",
+            "streamstone_py.Stream with the sync client", steps,
+        )  # fmt: skip
         result, error = None, None
         try:
-            result = await _execute(table, request)
+            result = await _execute(client, request)
         except AzureError as exc:
             error = exc
 
