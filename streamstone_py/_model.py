@@ -201,15 +201,25 @@ class RecordedEvent:
 
 @dataclass(frozen=True, slots=True)
 class StreamSlice:
-    """One page of a stream read: the header as read, and events in version order."""
+    """One page of a stream read: the header as read, and events in version order.
+
+    ``truncated`` is true when the slice asked for versions that
+    :meth:`Stream.truncate` has removed; ``first_available_version`` says where
+    the stream now begins.
+    """
 
     stream: Stream
     events: tuple[RecordedEvent, ...]
     is_end_of_stream: bool
+    truncated: bool = False
 
     @property
     def has_events(self) -> bool:
         return bool(self.events)
+
+    @property
+    def first_available_version(self) -> int:
+        return self.stream.first_version
 
 
 @dataclass(frozen=True, slots=True)

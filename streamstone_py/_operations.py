@@ -28,13 +28,16 @@ from ._protocol import (
     Steps,
     TableOperation,
     create_entity,
+    error_code,
     get_entity,
     query_entities,
     submit_transaction,
     update_entity,
 )
 from ._values import (
+    DELETED,
     EVENT_ID,
+    FIRST_VERSION,
     RESERVED_NAMES,
     VERSION,
     check_entity,
@@ -78,21 +81,53 @@ _INCLUDE_KINDS: Final[dict[str, OperationKind]] = {
 # --- rows -----------------------------------------------------------------
 
 
-def _header_entity(partition: Partition, version: int, properties: Mapping[str, Any]) -> Entity:
-    return {
+def _header_entity(
+    partition: Partition,
+    version: int,
+    properties: Mapping[str, Any],
+    first_version: int = 1,
+    deleted: bool = False,
+) -> Entity:
+    entity: Entity = {
         "PartitionKey": partition.partition_key,
         "RowKey": partition.header_row_key,
         **convert_properties(properties, RESERVED_NAMES, "stream"),
         VERSION: to_table(VERSION, version),
     }
+    if first_version > 1:
+        entity[FIRST_VERSION] = to_table(FIRST_VERSION, first_version)
+    if deleted:
+        entity[DELETED] = True
+    return entity
+
+
+def _header_of(stream: _stream.Stream, version: int | None = None, deleted: bool = False) -> Entity:
+    """The header row that keeps what ``stream`` knows, at ``version`` if given."""
+    return _header_entity(
+        stream.partition,
+        stream.version if version is None else version,
+        stream.properties,
+        stream.first_version,
+        deleted,
+    )
+
+
+def _is_deleted(row: Row) -> bool:
+    return bool(row.properties.get(DELETED))
 
 
 def _stream_from_row(partition: Partition, row: Row) -> _stream.Stream:
     version = from_table(row.properties.get(VERSION, 0))
-    if not isinstance(version, int):
-        raise StreamstoneError(f"header of {partition} has a non-integer Version {version!r}")
+    first = from_table(row.properties.get(FIRST_VERSION, 1))
+    if not isinstance(version, int) or not isinstance(first, int):
+        raise StreamstoneError(f"header of {partition} has a non-integer version column")
     properties = plain_properties(row.properties)
-    return _stream.Stream._stored(partition, row.etag, version, properties)
+    return _stream.Stream._stored(partition, row.etag, version, properties, first)
+
+
+def header_row(partition: Partition) -> Steps[Row | None]:
+    """The header row, tombstone included (``None`` if there is none)."""
+    return (yield from get_entity(partition.partition_key, partition.header_row_key))
 
 
 def _recorded_from_row(row: Entity) -> RecordedEvent:
@@ -121,8 +156,9 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
 
 
 def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
-    row = yield from get_entity(partition.partition_key, partition.header_row_key)
-    return None if row is None else _stream_from_row(partition, row)
+    row = yield from header_row(partition)
+    # A stream that is being deleted no longer exists for readers and writers.
+    return None if row is None or _is_deleted(row) else _stream_from_row(partition, row)
 
 
 def open_stream(partition: Partition) -> Steps[_stream.Stream]:
@@ -140,7 +176,7 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
     if stream.etag is None:
         raise ValueError("cannot set properties on a transient stream; provision or write it first")
     partition = stream.partition
-    entity = _header_entity(partition, stream.version, properties)
+    entity = _header_entity(partition, stream.version, properties, stream.first_version)
     check_entity(entity, "stream header")
     try:
         etag = yield from update_entity(entity, stream.etag)
@@ -148,7 +184,7 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
         if exc.status_code in (404, 412):
             raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
         raise
-    return _stream.Stream._stored(partition, etag, stream.version, properties)
+    return _stream.Stream._stored(partition, etag, stream.version, properties, stream.first_version)
 
 
 # --- read -----------------------------------------------------------------
@@ -182,7 +218,7 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
     else:
         header = yield from get_entity(pk, header_key)
         rows = []
-    if header is None:
+    if header is None or _is_deleted(header):
         raise StreamNotFoundError(partition)
     stream = _stream_from_row(partition, header)
     # Events up to the header's version are committed and immutable: the slice
@@ -198,14 +234,17 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
             },
             page_size=min(slice_size, 1000),
         )
-    first_key = partition.event_row_key(start_version)
+    # Rows below a truncation point may linger while truncate sweeps them.
+    first_key = partition.event_row_key(max(start_version, stream.first_version))
     last_key = partition.event_row_key(last)
     events = tuple(
         _recorded_from_row(row.properties)
         for row in rows
         if first_key <= row.properties["RowKey"] <= last_key
     )
-    return StreamSlice(stream, events, end >= stream.version)
+    return StreamSlice(
+        stream, events, end >= stream.version, truncated=start_version < stream.first_version
+    )
 
 
 # --- write ----------------------------------------------------------------
@@ -315,7 +354,7 @@ def _map_transaction_error(
 ) -> _WriteError | None:
     """Turn a failed transaction into the engine's error; ``None`` if it is not ours to map."""
     index = exc.index
-    code: str | None = getattr(exc, "error_code", None)
+    code = error_code(exc)
     role = roles[index - 1] if index is not None and 0 < index <= len(roles) else None
     if isinstance(role, Include):
         return IncludedOperationConflictError(partition, role.operation, role.entity, code)
@@ -338,20 +377,14 @@ def write(
 ) -> Steps[WriteResult]:
     _check_events(events)
     partition = stream.partition
-    header_props = convert_properties(stream.properties, RESERVED_NAMES, "stream")
-    header_payload = payload_size(_header_entity(partition, stream.version, stream.properties))
+    header_payload = payload_size(_header_of(stream))
     chunks = _plan(stream, events, header_payload, track_changes)
     current = stream
     recorded: list[RecordedEvent] = []
     includes: list[Include] = []
     for chunk in chunks:
         version = current.version + len(chunk.events)
-        header = {
-            "PartitionKey": partition.partition_key,
-            "RowKey": partition.header_row_key,
-            **header_props,
-            VERSION: to_table(VERSION, version),
-        }
+        header = _header_of(current, version)
         header_op = (
             TableOperation("create", header)
             if current.etag is None
@@ -374,7 +407,9 @@ def write(
             if isinstance(role, Include):
                 kept = None if op.kind == "delete" else new_etag
                 includes.append(Include._applied(role.operation, role.entity, kept))
-        current = _stream.Stream._stored(partition, etag, version, stream.properties)
+        current = _stream.Stream._stored(
+            partition, etag, version, stream.properties, stream.first_version
+        )
     return WriteResult(current, tuple(recorded), tuple(includes))
 
 

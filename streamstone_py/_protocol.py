@@ -9,6 +9,7 @@ decision, and a test can drive a verb step by step.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, cast
@@ -53,6 +54,9 @@ class QueryEntities:
     filter: str
     parameters: Mapping[str, str]
     page_size: int = 1000
+    select: tuple[str, ...] | None = None
+    #: Stop after this many rows (``None``: all of them).
+    limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +84,26 @@ def get_entity(partition_key: str, row_key: str) -> Steps[Row | None]:
     return cast(Row | None, (yield GetEntity(partition_key, row_key)))
 
 
-def query_entities(filter: str, parameters: Mapping[str, str], page_size: int) -> Steps[list[Row]]:
-    return cast(list[Row], (yield QueryEntities(filter, parameters, page_size)))
+def query_entities(
+    filter: str,
+    parameters: Mapping[str, str],
+    page_size: int,
+    select: tuple[str, ...] | None = None,
+    limit: int | None = None,
+) -> Steps[list[Row]]:
+    request = QueryEntities(filter, parameters, page_size, select, limit)
+    return cast(list[Row], (yield request))
+
+
+def query_args(request: QueryEntities) -> dict[str, Any]:
+    """Keyword arguments of ``query_entities`` for both clients."""
+    args: dict[str, Any] = {
+        "parameters": dict(request.parameters),
+        "results_per_page": min(request.page_size, request.limit or request.page_size),
+    }
+    if request.select is not None:
+        args["select"] = list(request.select)
+    return args
 
 
 def create_entity(entity: Entity) -> Steps[str]:
@@ -118,10 +140,16 @@ def sdk_operation(op: TableOperation) -> tuple[Any, ...]:
             return ("upsert", op.entity, {"mode": UpdateMode.MERGE})
 
 
+def error_code(exc: BaseException) -> str | None:
+    """The service's error code (``EntityAlreadyExists``...), whatever form the SDK gives it."""
+    code = getattr(exc, "error_code", None)
+    code = getattr(code, "value", code)
+    return str(code) if code else None
+
+
 def _table_missing(exc: ResourceNotFoundError) -> bool:
     """A missing table is an error to report, not a missing stream."""
-    code = getattr(exc, "error_code", None)
-    return getattr(code, "value", code) == "TableNotFound"
+    return error_code(exc) == "TableNotFound"
 
 
 class Done(Exception):
@@ -149,11 +177,9 @@ def _execute(table: TableClient, request: Request) -> object:
                     raise
                 return None
             return Row(dict(entity), str(entity.metadata["etag"]))
-        case QueryEntities(filter, parameters, page_size):
-            pages = table.query_entities(
-                filter, parameters=dict(parameters), results_per_page=page_size
-            )
-            return [Row(entity, str(entity.metadata["etag"])) for entity in pages]
+        case QueryEntities(filter=filter, limit=limit):
+            pages = table.query_entities(filter, **query_args(request))
+            return [Row(e, str(e.metadata["etag"])) for e in itertools.islice(pages, limit)]
         case CreateEntity(entity):
             return str(table.create_entity(entity)["etag"])
         case UpdateEntity(entity, etag):

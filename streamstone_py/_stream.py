@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import _operations
+from . import _maintenance, _operations
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import run
@@ -28,12 +28,14 @@ class Stream:
     ``Stream.set_properties``.
     """
 
-    __slots__ = ("etag", "partition", "properties", "version")
+    __slots__ = ("etag", "first_version", "partition", "properties", "version")
 
     partition: Partition
     etag: str | None
     version: int
     properties: Mapping[str, PropertyValue]
+    #: The oldest version still stored: 1, or where :meth:`truncate` cut the stream.
+    first_version: int
 
     def __init__(
         self, partition: Partition, properties: Mapping[str, PropertyValue] | None = None
@@ -49,18 +51,25 @@ class Stream:
         etag: str | None,
         version: int,
         properties: Mapping[str, Any] | None,
+        first_version: int = 1,
     ) -> None:
         object.__setattr__(self, "partition", partition)
+        object.__setattr__(self, "first_version", first_version)
         object.__setattr__(self, "etag", etag)
         object.__setattr__(self, "version", version)
         object.__setattr__(self, "properties", freeze(properties))
 
     @classmethod
     def _stored(
-        cls, partition: Partition, etag: str, version: int, properties: Mapping[str, Any] | None
+        cls,
+        partition: Partition,
+        etag: str,
+        version: int,
+        properties: Mapping[str, Any] | None,
+        first_version: int = 1,
     ) -> Stream:
         stream = cls.__new__(cls)
-        stream._set(partition, etag, version, properties)
+        stream._set(partition, etag, version, properties, first_version)
         return stream
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -74,16 +83,19 @@ class Stream:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Stream):
             return NotImplemented
-        return (self.partition, self.etag, self.version, dict(self.properties)) == (
-            other.partition, other.etag, other.version, dict(other.properties),
-        )  # fmt: skip
+        return self._key() == other._key()
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.partition, self.etag, self.version, dict(self.properties), self.first_version)
 
     __hash__ = None  # type: ignore[assignment]  # equal headers may have unhashable properties
 
     def __repr__(self) -> str:
         return (
             f"Stream(partition={self.partition!r}, version={self.version}, "
-            f"etag={self.etag!r}, properties={dict(self.properties)!r})"
+            f"etag={self.etag!r}, properties={dict(self.properties)!r}"
+            + (f", first_version={self.first_version}" if self.first_version > 1 else "")
+            + ")"
         )
 
     # --- verbs ------------------------------------------------------------
@@ -159,3 +171,31 @@ class Stream:
     def set_properties(stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream:
         """Replace the stream's properties, conditional on the header's ETag."""
         return run(stream.partition.table, _operations.set_properties(stream, properties))
+
+    @staticmethod
+    def truncate(stream: Stream, before_version: int, *, batch_size: int = 100) -> Stream:
+        """Delete the events below ``before_version`` (and their id rows).
+
+        The header records the new first version first (conditional on its
+        ETag; on a conflict it is re-read and marked again, since appends do
+        not move the cut), then old rows are deleted in transactions of at most
+        ``batch_size`` rows. Reads of the removed range report
+        ``truncated=True``; ids of removed events are no longer detected as
+        duplicates. An interrupted truncation is finished by calling again.
+        Returns the new header.
+        """
+        return run(
+            stream.partition.table, _maintenance.truncate(stream, before_version, batch_size)
+        )
+
+    @staticmethod
+    def delete(stream: Stream, *, batch_size: int = 100) -> None:
+        """Delete the whole stream, conditional on its header's ETag.
+
+        The header becomes a tombstone first (the stream then no longer exists
+        for readers, and writers conflict), then event and id rows go in
+        transactions of at most ``batch_size`` rows, then the header. Included
+        entities are not part of the stream and stay. An interrupted delete is
+        finished by calling again with any header of the stream.
+        """
+        run(stream.partition.table, _maintenance.delete(stream, batch_size))

@@ -38,8 +38,14 @@ SYSTEM_NAMES: Final = frozenset({"partitionkey", "rowkey", "timestamp", "etag", 
 VERSION: Final = "Version"
 #: Column that holds an event's id on its event row.
 EVENT_ID: Final = "SS_Id"
+#: Column on a truncated stream's header: its first available version.
+FIRST_VERSION: Final = "SS_First"
+#: Column on the header of a stream being deleted.
+DELETED: Final = "SS_Deleted"
 #: Names that event and stream properties may not use.
-RESERVED_NAMES: Final = SYSTEM_NAMES | {VERSION.lower(), EVENT_ID.lower()}
+RESERVED_NAMES: Final = SYSTEM_NAMES | {
+    name.lower() for name in (VERSION, EVENT_ID, FIRST_VERSION, DELETED)
+}
 
 
 def utf16_size(text: str) -> int:
@@ -195,7 +201,9 @@ def convert_properties(
 
 
 #: The columns of engine rows that are not user properties, exactly as written.
-ENGINE_COLUMNS: Final = frozenset({"PartitionKey", "RowKey", VERSION, EVENT_ID})
+ENGINE_COLUMNS: Final = frozenset(
+    {"PartitionKey", "RowKey", VERSION, EVENT_ID, FIRST_VERSION, DELETED}
+)
 
 
 def plain_properties(row: Mapping[str, Any]) -> dict[str, PropertyValue]:

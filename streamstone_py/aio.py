@@ -27,7 +27,7 @@ from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from . import _operations
+from . import _maintenance, _operations
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import (
@@ -42,6 +42,7 @@ from ._protocol import (
     UpdateEntity,
     _table_missing,
     advance,
+    query_args,
     require_client,
     sdk_operation,
 )
@@ -63,11 +64,13 @@ async def _execute(table: AsyncTableClient, request: Request) -> object:
                     raise
                 return None
             return Row(dict(entity), str(entity.metadata["etag"]))
-        case QueryEntities(filter, parameters, page_size):
-            pages = table.query_entities(
-                filter, parameters=dict(parameters), results_per_page=page_size
-            )
-            return [Row(entity, str(entity.metadata["etag"])) async for entity in pages]
+        case QueryEntities(filter=filter, limit=limit):
+            rows: list[Row] = []
+            async for entity in table.query_entities(filter, **query_args(request)):
+                if limit is not None and len(rows) >= limit:
+                    break
+                rows.append(Row(entity, str(entity.metadata["etag"])))
+            return rows
         case CreateEntity(entity):
             return str((await table.create_entity(entity))["etag"])
         case UpdateEntity(entity, etag):
@@ -163,3 +166,17 @@ class Stream:
     ) -> StreamHeader:
         """Replace the properties; see :meth:`streamstone_py.Stream.set_properties`."""
         return await run(stream.partition.table, _operations.set_properties(stream, properties))
+
+    @staticmethod
+    async def truncate(
+        stream: StreamHeader, before_version: int, *, batch_size: int = 100
+    ) -> StreamHeader:
+        """Delete events below a version; see :meth:`streamstone_py.Stream.truncate`."""
+        return await run(
+            stream.partition.table, _maintenance.truncate(stream, before_version, batch_size)
+        )
+
+    @staticmethod
+    async def delete(stream: StreamHeader, *, batch_size: int = 100) -> None:
+        """Delete the whole stream; see :meth:`streamstone_py.Stream.delete`."""
+        await run(stream.partition.table, _maintenance.delete(stream, batch_size))

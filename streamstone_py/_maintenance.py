@@ -1,0 +1,173 @@
+"""Truncation and deletion: removing rows without losing track of what was there.
+
+Both first change the header, conditional on its ETag, and only then sweep
+rows in bounded transactions. The header change is what readers and writers
+see; the sweep that follows is idempotent, so an interrupted call is finished
+by calling again.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from azure.core.exceptions import HttpResponseError
+from azure.data.tables import TableTransactionError
+
+from . import _stream
+from ._errors import ConcurrencyConflictError, StreamNotFoundError
+from ._operations import (
+    MAX_BATCH_OPERATIONS,
+    _header_entity,
+    _header_of,
+    _is_deleted,
+    _stream_from_row,
+    header_row,
+)
+from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
+from ._protocol import (
+    Steps,
+    TableOperation,
+    error_code,
+    query_entities,
+    submit_transaction,
+    update_entity,
+)
+from ._values import EVENT_ID
+
+__all__ = ["delete", "truncate"]
+
+#: Re-reads of a header that keeps changing under a truncation.
+_HEADER_ATTEMPTS: Final = 10
+
+
+def _check_batch_size(batch_size: object) -> int:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool):
+        raise TypeError(f"batch_size must be an int, got {batch_size!r}")
+    if not 2 <= batch_size <= MAX_BATCH_OPERATIONS:
+        raise ValueError(
+            f"batch_size must be between 2 and {MAX_BATCH_OPERATIONS}, got {batch_size}"
+        )
+    return batch_size
+
+
+def _after(prefix: str) -> str:
+    """The smallest key above every key that starts with ``prefix``."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _delete_rows(partition: Partition, row_keys: list[str]) -> Steps[int]:
+    """Delete rows in one transaction; rows already gone are skipped, not errors."""
+    keys = list(row_keys)
+    while keys:
+        ops = [
+            TableOperation("delete", {"PartitionKey": partition.partition_key, "RowKey": k}, "*")
+            for k in keys
+        ]
+        try:
+            yield from submit_transaction(ops)
+            return len(keys)
+        except TableTransactionError as exc:
+            index = exc.index
+            if error_code(exc) != "ResourceNotFound" or index is None or not 0 <= index < len(keys):
+                raise
+            del keys[index]  # a concurrent sweep removed it first
+    return 0
+
+
+def _sweep(
+    partition: Partition, first: str, end: str, batch_size: int, with_id_rows: bool
+) -> Steps[int]:
+    """Delete every row with ``first <= RowKey < end`` (and their id rows), batch by batch."""
+    per_query = batch_size // 2 if with_id_rows else batch_size
+    removed = 0
+    while True:
+        rows = yield from query_entities(
+            "PartitionKey eq @pk and RowKey ge @first and RowKey lt @end",
+            {"pk": partition.partition_key, "first": first, "end": end},
+            page_size=per_query,
+            select=("RowKey", EVENT_ID) if with_id_rows else ("RowKey",),
+            limit=per_query,
+        )
+        if not rows:
+            return removed
+        keys: list[str] = []
+        for row in rows:
+            keys.append(row.properties["RowKey"])
+            event_id = row.properties.get(EVENT_ID) if with_id_rows else None
+            if event_id:
+                keys.append(partition.id_row_key(str(event_id)))
+        removed += yield from _delete_rows(partition, keys)
+
+
+def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> Steps[_stream.Stream]:
+    if stream.etag is None:
+        raise ValueError("cannot truncate a transient stream")
+    if not isinstance(before_version, int) or isinstance(before_version, bool):
+        raise TypeError(f"before_version must be an int, got {before_version!r}")
+    if not 1 <= before_version <= stream.version + 1:
+        raise ValueError(
+            f"before_version must be between 1 and {stream.version + 1} "
+            f"(the stream is at version {stream.version}), got {before_version}"
+        )
+    _check_batch_size(batch_size)
+    partition = stream.partition
+    current = stream
+    for _ in range(_HEADER_ATTEMPTS):
+        if current.first_version >= before_version:
+            break
+        entity = _header_entity(partition, current.version, current.properties, before_version)
+        try:
+            etag = yield from update_entity(entity, current.etag or "")
+        except HttpResponseError as exc:
+            if exc.status_code not in (404, 412):
+                raise
+            # Appends do not change which rows are below the cut: re-read and mark again.
+            row = yield from header_row(partition)
+            if row is None or _is_deleted(row):
+                raise StreamNotFoundError(partition) from exc
+            current = _stream_from_row(partition, row)
+            continue
+        current = _stream.Stream._stored(
+            partition, etag, current.version, current.properties, before_version
+        )
+        break
+    else:
+        raise ConcurrencyConflictError(
+            partition, f"the header changed in each of {_HEADER_ATTEMPTS} attempts to truncate"
+        )
+    yield from _sweep(
+        partition,
+        partition.row_key_prefix + EVENT_PREFIX,
+        partition.event_row_key(before_version),
+        batch_size,
+        with_id_rows=True,
+    )
+    return current
+
+
+def delete(stream: _stream.Stream, batch_size: int) -> Steps[None]:
+    if stream.etag is None:
+        raise ValueError("cannot delete a transient stream")
+    _check_batch_size(batch_size)
+    partition = stream.partition
+    try:
+        etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
+    except HttpResponseError as exc:
+        if exc.status_code not in (404, 412):
+            raise
+        row = yield from header_row(partition)
+        if row is None:
+            raise StreamNotFoundError(partition) from exc
+        if not _is_deleted(row):
+            raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
+        etag = row.etag  # an interrupted delete: finish it
+    events = partition.row_key_prefix + EVENT_PREFIX
+    ids = partition.row_key_prefix + ID_PREFIX
+    yield from _sweep(partition, events, _after(events), batch_size, with_id_rows=True)
+    yield from _sweep(partition, ids, _after(ids), batch_size, with_id_rows=False)
+    header = {"PartitionKey": partition.partition_key, "RowKey": partition.header_row_key}
+    try:
+        yield from submit_transaction([TableOperation("delete", header, etag)])
+    except TableTransactionError as exc:
+        if error_code(exc) != "ResourceNotFound":  # gone: a concurrent delete finished first
+            raise
