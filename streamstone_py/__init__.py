@@ -26,6 +26,7 @@ from ._errors import (
 )
 from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
 from ._partition import Partition
+from ._retry import RetryPolicy
 from ._shard import Shard
 from ._stream import Stream
 from ._values import PropertyValue
@@ -39,6 +40,7 @@ __all__ = [
     "Partition",
     "PropertyValue",
     "RecordedEvent",
+    "RetryPolicy",
     "Shard",
     "Stream",
     "StreamNotFoundError",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from azure.core.exceptions import HttpResponseError
+from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
 from . import _stream
@@ -28,10 +28,12 @@ from ._protocol import (
     Steps,
     TableOperation,
     error_code,
+    pause,
     query_entities,
     submit_transaction,
     update_entity,
 )
+from ._retry import is_ambiguous
 from ._values import EVENT_ID
 
 __all__ = ["delete", "truncate"]
@@ -55,8 +57,18 @@ def _after(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
+def _conflict_or_ambiguous(exc: AzureError) -> bool:
+    """The header did not change as asked, or may have: read it to know."""
+    status = getattr(exc, "status_code", None)
+    return status in (404, 412) or is_ambiguous(exc)
+
+
 def _delete_rows(partition: Partition, row_keys: list[str]) -> Steps[int]:
-    """Delete rows in one transaction; rows already gone are skipped, not errors."""
+    """Delete rows in one transaction; rows already gone are skipped, not errors.
+
+    Unconditional deletes are idempotent, so after an ambiguous failure the
+    sweep simply looks again.
+    """
     keys = list(row_keys)
     while keys:
         ops = [
@@ -80,6 +92,7 @@ def _sweep(
     """Delete every row with ``first <= RowKey < end`` (and their id rows), batch by batch."""
     per_query = batch_size // 2 if with_id_rows else batch_size
     removed = 0
+    doubtful = 0
     while True:
         rows = yield from query_entities(
             "PartitionKey eq @pk and RowKey ge @first and RowKey lt @end",
@@ -96,7 +109,13 @@ def _sweep(
             event_id = row.properties.get(EVENT_ID) if with_id_rows else None
             if event_id:
                 keys.append(partition.id_row_key(str(event_id)))
-        removed += yield from _delete_rows(partition, keys)
+        try:
+            removed += yield from _delete_rows(partition, keys)
+        except AzureError as exc:
+            doubtful += 1
+            if not is_ambiguous(exc) or doubtful >= partition.retry.attempts:
+                raise
+            yield from pause(doubtful)
 
 
 def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> Steps[_stream.Stream]:
@@ -118,8 +137,8 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
         entity = _header_entity(partition, current.version, current.properties, before_version)
         try:
             etag = yield from update_entity(entity, current.etag or "")
-        except HttpResponseError as exc:
-            if exc.status_code not in (404, 412):
+        except AzureError as exc:
+            if not _conflict_or_ambiguous(exc):
                 raise
             # Appends do not change which rows are below the cut: re-read and mark again.
             row = yield from header_row(partition)
@@ -152,8 +171,8 @@ def delete(stream: _stream.Stream, batch_size: int) -> Steps[None]:
     partition = stream.partition
     try:
         etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
-    except HttpResponseError as exc:
-        if exc.status_code not in (404, 412):
+    except AzureError as exc:
+        if not _conflict_or_ambiguous(exc):
             raise
         row = yield from header_row(partition)
         if row is None:
@@ -166,8 +185,17 @@ def delete(stream: _stream.Stream, batch_size: int) -> Steps[None]:
     yield from _sweep(partition, events, _after(events), batch_size, with_id_rows=True)
     yield from _sweep(partition, ids, _after(ids), batch_size, with_id_rows=False)
     header = {"PartitionKey": partition.partition_key, "RowKey": partition.header_row_key}
-    try:
-        yield from submit_transaction([TableOperation("delete", header, etag)])
-    except TableTransactionError as exc:
-        if error_code(exc) != "ResourceNotFound":  # gone: a concurrent delete finished first
-            raise
+    for attempt in range(1, partition.retry.attempts + 1):
+        try:
+            yield from submit_transaction([TableOperation("delete", header, etag)])
+            return
+        except TableTransactionError as exc:
+            if error_code(exc) != "ResourceNotFound":  # gone: a concurrent delete finished first
+                raise
+            return
+        except AzureError as exc:
+            if not is_ambiguous(exc) or attempt == partition.retry.attempts:
+                raise
+            if (yield from header_row(partition)) is None:
+                return  # the lost answer was a success
+            yield from pause(attempt)

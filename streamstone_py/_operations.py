@@ -3,11 +3,12 @@ the storage outcome to the engine's errors (see ``_protocol``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from azure.core.exceptions import HttpResponseError, ResourceExistsError
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError
 from azure.data.tables import TableTransactionError
 
 from . import _stream
@@ -30,10 +31,12 @@ from ._protocol import (
     create_entity,
     error_code,
     get_entity,
+    pause,
     query_entities,
     submit_transaction,
     update_entity,
 )
+from ._retry import is_ambiguous
 from ._values import (
     DELETED,
     EVENT_ID,
@@ -61,6 +64,8 @@ __all__ = [
     "write_expected",
     "write_to",
 ]
+
+T = TypeVar("T")
 
 #: Operations in one entity-group transaction (Azure's limit).
 MAX_BATCH_OPERATIONS: Final = 100
@@ -141,14 +146,80 @@ def _recorded_from_row(row: Entity) -> RecordedEvent:
     )
 
 
+# --- ambiguous writes ---------------------------------------------------------
+
+
+class _Unresolved(enum.Enum):
+    NOT_APPLIED = "not applied"  # the stream is as before: sending again is safe
+    CONFLICT = "conflict"  # the stream changed, and not by us
+
+
+NOT_APPLIED: Final = _Unresolved.NOT_APPLIED
+CONFLICT: Final = _Unresolved.CONFLICT
+
+
+def _attempt(
+    partition: Partition,
+    send: Callable[[], Steps[T]],
+    resolve: Callable[[], Steps[T | _Unresolved]],
+) -> Steps[T]:
+    """Send a write; when its outcome is unknown, find out instead of guessing.
+
+    After an ambiguous failure (no answer, or 408/5xx), ``resolve`` reads the
+    stream: unchanged means nothing was applied and the write is sent again
+    (bounded by the partition's retry policy); our own rows mean it committed
+    and that outcome is returned; anything else is a concurrency conflict. A
+    definite failure that follows an ambiguous attempt is checked the same
+    way, because the earlier attempt may be what changed the stream. Every
+    write is conditional (header ETag, or insert of the header), so at most
+    one attempt can ever commit.
+    """
+    doubtful = False
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return (yield from send())
+        except AzureError as exc:
+            ambiguous = is_ambiguous(exc)
+            if not ambiguous and not doubtful:
+                raise  # a definite answer about our only attempt: the verb maps it
+            doubtful = True
+            outcome = yield from resolve()
+            if outcome is CONFLICT and ambiguous:
+                raise ConcurrencyConflictError(
+                    partition, "the stream changed while the outcome of a write was unknown"
+                ) from exc
+            if outcome is CONFLICT or (outcome is NOT_APPLIED and not ambiguous):
+                raise exc  # none of ours applied: the definite failure stands
+            if outcome is NOT_APPLIED:
+                if attempt >= partition.retry.attempts:
+                    raise exc
+                yield from pause(attempt)
+                continue
+            return outcome
+
+
 # --- provision, open, set_properties ------------------------------------------
 
 
 def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Steps[_stream.Stream]:
     entity = _header_entity(partition, 0, properties or {})
     check_entity(entity, "stream header")
+
+    def send() -> Steps[str]:
+        return (yield from create_entity(entity))
+
+    def resolve() -> Steps[str | _Unresolved]:
+        row = yield from header_row(partition)
+        if row is None:
+            return NOT_APPLIED
+        found = _stream_from_row(partition, row)
+        mine = found.version == 0 and dict(found.properties) == dict(properties or {})
+        return row.etag if mine and not _is_deleted(row) else CONFLICT
+
     try:
-        etag = yield from create_entity(entity)
+        etag = yield from _attempt(partition, send, resolve)
     except ResourceExistsError as exc:
         # Azurite leaves error_code empty here, so the exception type decides.
         raise ConcurrencyConflictError(partition, "the stream already exists") from exc
@@ -178,8 +249,25 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
     partition = stream.partition
     entity = _header_entity(partition, stream.version, properties, stream.first_version)
     check_entity(entity, "stream header")
+    etag_before = stream.etag
+
+    def send() -> Steps[str]:
+        return (yield from update_entity(entity, etag_before))
+
+    def resolve() -> Steps[str | _Unresolved]:
+        row = yield from header_row(partition)
+        if row is not None and row.etag == etag_before:
+            return NOT_APPLIED
+        if row is None or _is_deleted(row):
+            return CONFLICT
+        found = _stream_from_row(partition, row)
+        mine = (found.version, found.first_version, dict(found.properties)) == (
+            stream.version, stream.first_version, dict(properties),
+        )  # fmt: skip
+        return row.etag if mine else CONFLICT
+
     try:
-        etag = yield from update_entity(entity, stream.etag)
+        etag = yield from _attempt(partition, send, resolve)
     except HttpResponseError as exc:
         if exc.status_code in (404, 412):
             raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
@@ -390,8 +478,19 @@ def write(
             if current.etag is None
             else TableOperation("update_replace", header, current.etag)
         )
+        operations = [header_op, *chunk.operations]
+
+        def send(operations: list[TableOperation] = operations) -> Steps[_Commit]:
+            etags = yield from submit_transaction(operations)
+            return _Commit(str(etags[0]), None, etags[1:])
+
+        def resolve(
+            before: _stream.Stream = current, chunk: _Chunk = chunk, version: int = version
+        ) -> Steps[_Commit | _Unresolved]:
+            return (yield from _resolve_chunk(before, chunk, version))
+
         try:
-            etags = yield from submit_transaction([header_op, *chunk.operations])
+            commit = yield from _attempt(partition, send, resolve)
         except TableTransactionError as exc:
             error = _map_transaction_error(partition, exc, chunk.roles)
             if error is None:
@@ -399,18 +498,75 @@ def write(
             if recorded:
                 error.committed = WriteResult(current, tuple(recorded), tuple(includes))
             raise error from exc
-        etag = etags[0]
-        assert etag is not None
         for offset, event in enumerate(chunk.events, start=current.version + 1):
             recorded.append(RecordedEvent(offset, event.id, event.properties))
-        for role, op, new_etag in zip(chunk.roles, chunk.operations, etags[1:], strict=True):
+        for role, op, new_etag in zip(chunk.roles, chunk.operations, commit.etags, strict=True):
             if isinstance(role, Include):
                 kept = None if op.kind == "delete" else new_etag
                 includes.append(Include._applied(role.operation, role.entity, kept))
-        current = _stream.Stream._stored(
-            partition, etag, version, stream.properties, stream.first_version
+        current = commit.header or _stream.Stream._stored(
+            partition, commit.etag, version, stream.properties, stream.first_version
         )
+        if current.version != version and chunk is not chunks[-1]:
+            # Ours committed, but others appended after it: the rest would interleave.
+            error = ConcurrencyConflictError(
+                partition, "the stream changed between the transactions of this write"
+            )
+            error.committed = WriteResult(current, tuple(recorded), tuple(includes))
+            raise error
     return WriteResult(current, tuple(recorded), tuple(includes))
+
+
+@dataclass(frozen=True, slots=True)
+class _Commit:
+    """A chunk that committed: the header's new ETag (or the header re-read after
+    an ambiguous commit) and the ETags of the chunk's other operations."""
+
+    etag: str
+    header: _stream.Stream | None
+    etags: Sequence[str | None]
+
+
+def _resolve_chunk(
+    before: _stream.Stream, chunk: _Chunk, version: int
+) -> Steps[_Commit | _Unresolved]:
+    """Did this chunk commit? Compare the stream with its header and events."""
+    partition = before.partition
+    row = yield from header_row(partition)
+    if row is None if before.etag is None else row is not None and row.etag == before.etag:
+        return NOT_APPLIED
+    if row is None or _is_deleted(row):
+        return CONFLICT
+    header = _stream_from_row(partition, row)
+    if header.version < version:
+        return CONFLICT
+    stored = yield from query_entities(
+        "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+        {
+            "pk": partition.partition_key,
+            "first": partition.event_row_key(before.version + 1),
+            "last": partition.event_row_key(version),
+        },
+        page_size=1000,
+    )
+    found = [_recorded_from_row(r.properties) for r in stored]
+    expected = [
+        RecordedEvent(v, e.id, dict(e.properties))
+        for v, e in enumerate(chunk.events, start=before.version + 1)
+    ]
+    if [(e.version, e.id, dict(e.properties)) for e in found] != [
+        (e.version, e.id, dict(e.properties)) for e in expected
+    ]:
+        return CONFLICT
+    # Our events are there, so our includes were applied with them: read their ETags.
+    etags: list[str | None] = []
+    for role, op in zip(chunk.roles, chunk.operations, strict=True):
+        if not isinstance(role, Include) or op.kind == "delete":
+            etags.append(None)
+            continue
+        included = yield from get_entity(partition.partition_key, op.entity["RowKey"])
+        etags.append(included.etag if included is not None else None)
+    return _Commit(row.etag, header, etags)
 
 
 def write_to(

@@ -8,6 +8,7 @@ from typing import Final
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
+from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._values import utf16_size
 
 __all__ = ["Partition", "check_key"]
@@ -56,15 +57,22 @@ class Partition:
     streams share one physical partition but never each other's rows.
     """
 
-    __slots__ = ("_key", "partition_key", "row_key_prefix", "table")
+    __slots__ = ("_key", "partition_key", "retry", "row_key_prefix", "table")
 
     table: TableClient | AsyncTableClient
     partition_key: str
     row_key_prefix: str
+    #: How transient faults of this partition's storage calls are retried.
+    retry: RetryPolicy
     _key: str
 
     def __init__(
-        self, table: TableClient | AsyncTableClient, key: str, stream: str | None = None
+        self,
+        table: TableClient | AsyncTableClient,
+        key: str,
+        stream: str | None = None,
+        *,
+        retry: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         if stream is None:
             if not isinstance(key, str):
@@ -87,6 +95,9 @@ class Partition:
                 )
             prefix = virtual_or_none + SEPARATOR
             full = physical + SEPARATOR + virtual_or_none
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {retry!r}")
+        object.__setattr__(self, "retry", retry)
         object.__setattr__(self, "table", table)
         object.__setattr__(self, "partition_key", physical)
         object.__setattr__(self, "row_key_prefix", prefix)

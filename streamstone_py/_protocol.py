@@ -10,13 +10,17 @@ decision, and a test can drive a verb step by step.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TypeAlias, TypeVar, cast
+from typing import Any, Final, Literal, NamedTuple, TypeAlias, TypeVar, cast
 
+import tenacity
 from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import TableClient, UpdateMode
+
+from ._retry import DEFAULT_POLICY, RetryPolicy, is_ambiguous, is_transient
 
 T = TypeVar("T")
 
@@ -75,7 +79,20 @@ class SubmitTransaction:
     operations: tuple[TableOperation, ...]
 
 
-Request: TypeAlias = GetEntity | QueryEntities | CreateEntity | UpdateEntity | SubmitTransaction
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Wait before the verb tries again; the runner sleeps by its retry policy."""
+
+    attempt: int
+
+
+#: Per-call option that switches the SDK's own retries off: the runners retry,
+#: knowing which failures of a write are ambiguous (see ``_retry``).
+NO_SDK_RETRY: Final[dict[str, Any]] = {"retry_total": 0}
+
+Request: TypeAlias = (
+    GetEntity | QueryEntities | CreateEntity | UpdateEntity | SubmitTransaction | Pause
+)
 Steps: TypeAlias = Generator[Request, Any, T]
 
 
@@ -98,12 +115,17 @@ def query_entities(
 def query_args(request: QueryEntities) -> dict[str, Any]:
     """Keyword arguments of ``query_entities`` for both clients."""
     args: dict[str, Any] = {
+        **NO_SDK_RETRY,
         "parameters": dict(request.parameters),
         "results_per_page": min(request.page_size, request.limit or request.page_size),
     }
     if request.select is not None:
         args["select"] = list(request.select)
     return args
+
+
+def pause(attempt: int) -> Steps[None]:
+    yield Pause(attempt)
 
 
 def create_entity(entity: Entity) -> Steps[str]:
@@ -159,6 +181,33 @@ class Done(Exception):
         self.value = value
 
 
+def update_args(etag: str) -> dict[str, Any]:
+    """Keyword arguments of a conditional replace, for both clients."""
+    return {
+        **NO_SDK_RETRY,
+        "mode": UpdateMode.REPLACE,
+        "etag": etag,
+        "match_condition": MatchConditions.IfNotModified,
+    }
+
+
+def retry_args(policy: RetryPolicy, request: Request) -> dict[str, Any]:
+    """tenacity settings for one call: reads retry every transient fault, writes
+    only those that prove the request was not applied."""
+
+    def retryable(exc: BaseException) -> bool:
+        if not is_transient(exc):
+            return False
+        return isinstance(request, GetEntity | QueryEntities) or not is_ambiguous(exc)
+
+    return {
+        "stop": policy.stop(),
+        "wait": policy.wait(),
+        "retry": tenacity.retry_if_exception(retryable),
+        "reraise": True,
+    }
+
+
 def advance(steps: Steps[Any], result: object, error: AzureError | None) -> Request:
     """Give the verb the last result (or throw it the last error); return its next request."""
     try:
@@ -171,7 +220,7 @@ def _execute(table: TableClient, request: Request) -> object:
     match request:
         case GetEntity(partition_key, row_key):
             try:
-                entity = table.get_entity(partition_key, row_key)
+                entity = table.get_entity(partition_key, row_key, **NO_SDK_RETRY)
             except ResourceNotFoundError as exc:
                 if _table_missing(exc):
                     raise
@@ -181,17 +230,14 @@ def _execute(table: TableClient, request: Request) -> object:
             pages = table.query_entities(filter, **query_args(request))
             return [Row(e, str(e.metadata["etag"])) for e in itertools.islice(pages, limit)]
         case CreateEntity(entity):
-            return str(table.create_entity(entity)["etag"])
+            return str(table.create_entity(entity, **NO_SDK_RETRY)["etag"])
         case UpdateEntity(entity, etag):
-            metadata = table.update_entity(
-                entity,
-                mode=UpdateMode.REPLACE,
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
+            metadata = table.update_entity(entity, **update_args(etag))
             return str(metadata["etag"])
         case SubmitTransaction(operations):
-            results = table.submit_transaction([sdk_operation(op) for op in operations])
+            results = table.submit_transaction(
+                [sdk_operation(op) for op in operations], **NO_SDK_RETRY
+            )
             return [r.get("etag") for r in results]
     raise TypeError(f"unknown request {request!r}")
 
@@ -211,8 +257,10 @@ def require_client(
     return table
 
 
-def run(table: object, steps: Steps[T]) -> T:
-    """Drive a verb to its outcome with the sync ``TableClient``."""
+def run(partition: object, steps: Steps[T]) -> T:
+    """Drive a verb to its outcome with the partition's sync ``TableClient``."""
+    table = getattr(partition, "table", None)
+    policy: RetryPolicy = getattr(partition, "retry", DEFAULT_POLICY)
     result: object = None
     error: AzureError | None = None
     while True:
@@ -225,7 +273,10 @@ def run(table: object, steps: Steps[T]) -> T:
             "streamstone_py.aio with the async client", steps,
         )  # fmt: skip
         result, error = None, None
+        if isinstance(request, Pause):
+            time.sleep(policy.delay(request.attempt))
+            continue
         try:
-            result = _execute(client, request)
+            result = tenacity.Retrying(**retry_args(policy, request))(_execute, client, request)
         except AzureError as exc:
             error = exc

@@ -108,22 +108,22 @@ class Stream:
 
         Raises :class:`ConcurrencyConflictError` if the stream already exists.
         """
-        return run(partition.table, _operations.provision(partition, properties))
+        return run(partition, _operations.provision(partition, properties))
 
     @staticmethod
     def open(partition: Partition) -> Stream:
         """Read the stream's header. Raises :class:`StreamNotFoundError` if missing."""
-        return run(partition.table, _operations.open_stream(partition))
+        return run(partition, _operations.open_stream(partition))
 
     @staticmethod
     def try_open(partition: Partition) -> Stream | None:
         """Read the stream's header, or ``None`` if the stream does not exist."""
-        return run(partition.table, _operations.try_open(partition))
+        return run(partition, _operations.try_open(partition))
 
     @staticmethod
     def exists(partition: Partition) -> bool:
         """True if the stream has a header row."""
-        return run(partition.table, _operations.exists(partition))
+        return run(partition, _operations.exists(partition))
 
     @staticmethod
     def write(
@@ -153,10 +153,8 @@ class Stream:
         atomic per transaction only. If a later transaction fails, the error's
         ``committed`` holds what the earlier ones stored.
         """
-        table = (
-            target.partition.table if isinstance(target, Stream) else getattr(target, "table", None)
-        )
-        return run(table, _operations.write_to(target, events, expected_version, track_changes))
+        partition = target.partition if isinstance(target, Stream) else target
+        return run(partition, _operations.write_to(target, events, expected_version, track_changes))
 
     @staticmethod
     def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:
@@ -165,12 +163,12 @@ class Stream:
         Page through a stream with ``start_version = last.version + 1`` until
         ``is_end_of_stream``. Raises :class:`StreamNotFoundError` if missing.
         """
-        return run(partition.table, _operations.read(partition, start_version, slice_size))
+        return run(partition, _operations.read(partition, start_version, slice_size))
 
     @staticmethod
     def set_properties(stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream:
         """Replace the stream's properties, conditional on the header's ETag."""
-        return run(stream.partition.table, _operations.set_properties(stream, properties))
+        return run(stream.partition, _operations.set_properties(stream, properties))
 
     @staticmethod
     def truncate(stream: Stream, before_version: int, *, batch_size: int = 100) -> Stream:
@@ -184,9 +182,7 @@ class Stream:
         duplicates. An interrupted truncation is finished by calling again.
         Returns the new header.
         """
-        return run(
-            stream.partition.table, _maintenance.truncate(stream, before_version, batch_size)
-        )
+        return run(stream.partition, _maintenance.truncate(stream, before_version, batch_size))
 
     @staticmethod
     def delete(stream: Stream, *, batch_size: int = 100) -> None:
@@ -198,4 +194,4 @@ class Stream:
         entities are not part of the stream and stay. An interrupted delete is
         finished by calling again with any header of the stream.
         """
-        run(stream.partition.table, _maintenance.delete(stream, batch_size))
+        run(stream.partition, _maintenance.delete(stream, batch_size))

@@ -19,21 +19,23 @@ The async client needs ``aiohttp``, a dependency of this package.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import TypeVar, cast
 
-from azure.core import MatchConditions
+import tenacity
 from azure.core.exceptions import AzureError, ResourceNotFoundError
-from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from . import _maintenance, _operations
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import (
+    NO_SDK_RETRY,
     CreateEntity,
     Done,
     GetEntity,
+    Pause,
     QueryEntities,
     Request,
     Row,
@@ -44,8 +46,11 @@ from ._protocol import (
     advance,
     query_args,
     require_client,
+    retry_args,
     sdk_operation,
+    update_args,
 )
+from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._stream import Stream as StreamHeader
 from ._values import PropertyValue
 
@@ -58,7 +63,7 @@ async def _execute(table: AsyncTableClient, request: Request) -> object:
     match request:
         case GetEntity(partition_key, row_key):
             try:
-                entity = await table.get_entity(partition_key, row_key)
+                entity = await table.get_entity(partition_key, row_key, **NO_SDK_RETRY)
             except ResourceNotFoundError as exc:
                 if _table_missing(exc):
                     raise
@@ -72,23 +77,22 @@ async def _execute(table: AsyncTableClient, request: Request) -> object:
                 rows.append(Row(entity, str(entity.metadata["etag"])))
             return rows
         case CreateEntity(entity):
-            return str((await table.create_entity(entity))["etag"])
+            return str((await table.create_entity(entity, **NO_SDK_RETRY))["etag"])
         case UpdateEntity(entity, etag):
-            metadata = await table.update_entity(
-                entity,
-                mode=UpdateMode.REPLACE,
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
+            metadata = await table.update_entity(entity, **update_args(etag))
             return str(metadata["etag"])
         case SubmitTransaction(operations):
-            results = await table.submit_transaction([sdk_operation(op) for op in operations])
+            results = await table.submit_transaction(
+                [sdk_operation(op) for op in operations], **NO_SDK_RETRY
+            )
             return [r.get("etag") for r in results]
     raise TypeError(f"unknown request {request!r}")
 
 
-async def run(table: object, steps: Steps[T]) -> T:
-    """Drive a verb to its outcome with the async ``TableClient``."""
+async def run(partition: object, steps: Steps[T]) -> T:
+    """Drive a verb to its outcome with the partition's async ``TableClient``."""
+    table = getattr(partition, "table", None)
+    policy: RetryPolicy = getattr(partition, "retry", DEFAULT_POLICY)
     result: object = None
     error: AzureError | None = None
     while True:
@@ -101,8 +105,12 @@ async def run(table: object, steps: Steps[T]) -> T:
             "streamstone_py.Stream with the sync client", steps,
         )  # fmt: skip
         result, error = None, None
+        if isinstance(request, Pause):
+            await asyncio.sleep(policy.delay(request.attempt))
+            continue
         try:
-            result = await _execute(client, request)
+            retrying = tenacity.AsyncRetrying(**retry_args(policy, request))
+            result = await retrying(_execute, client, request)
         except AzureError as exc:
             error = exc
 
@@ -119,22 +127,22 @@ class Stream:
         partition: Partition, properties: Mapping[str, PropertyValue] | None = None
     ) -> StreamHeader:
         """Create an empty stream; see :meth:`streamstone_py.Stream.provision`."""
-        return await run(partition.table, _operations.provision(partition, properties))
+        return await run(partition, _operations.provision(partition, properties))
 
     @staticmethod
     async def open(partition: Partition) -> StreamHeader:
         """Read the header; see :meth:`streamstone_py.Stream.open`."""
-        return await run(partition.table, _operations.open_stream(partition))
+        return await run(partition, _operations.open_stream(partition))
 
     @staticmethod
     async def try_open(partition: Partition) -> StreamHeader | None:
         """Read the header or ``None``; see :meth:`streamstone_py.Stream.try_open`."""
-        return await run(partition.table, _operations.try_open(partition))
+        return await run(partition, _operations.try_open(partition))
 
     @staticmethod
     async def exists(partition: Partition) -> bool:
         """True if the stream exists."""
-        return await run(partition.table, _operations.exists(partition))
+        return await run(partition, _operations.exists(partition))
 
     @staticmethod
     async def write(
@@ -144,13 +152,9 @@ class Stream:
         track_changes: bool = True,
     ) -> WriteResult:
         """Append events; see :meth:`streamstone_py.Stream.write`."""
-        table = (
-            target.partition.table
-            if isinstance(target, StreamHeader)
-            else getattr(target, "table", None)
-        )
+        partition = target.partition if isinstance(target, StreamHeader) else target
         return await run(
-            table, _operations.write_to(target, events, expected_version, track_changes)
+            partition, _operations.write_to(target, events, expected_version, track_changes)
         )
 
     @staticmethod
@@ -158,14 +162,14 @@ class Stream:
         partition: Partition, start_version: int = 1, slice_size: int = 1000
     ) -> StreamSlice:
         """Read one slice; see :meth:`streamstone_py.Stream.read`."""
-        return await run(partition.table, _operations.read(partition, start_version, slice_size))
+        return await run(partition, _operations.read(partition, start_version, slice_size))
 
     @staticmethod
     async def set_properties(
         stream: StreamHeader, properties: Mapping[str, PropertyValue]
     ) -> StreamHeader:
         """Replace the properties; see :meth:`streamstone_py.Stream.set_properties`."""
-        return await run(stream.partition.table, _operations.set_properties(stream, properties))
+        return await run(stream.partition, _operations.set_properties(stream, properties))
 
     @staticmethod
     async def truncate(
@@ -173,10 +177,10 @@ class Stream:
     ) -> StreamHeader:
         """Delete events below a version; see :meth:`streamstone_py.Stream.truncate`."""
         return await run(
-            stream.partition.table, _maintenance.truncate(stream, before_version, batch_size)
+            stream.partition, _maintenance.truncate(stream, before_version, batch_size)
         )
 
     @staticmethod
     async def delete(stream: StreamHeader, *, batch_size: int = 100) -> None:
         """Delete the whole stream; see :meth:`streamstone_py.Stream.delete`."""
-        await run(stream.partition.table, _maintenance.delete(stream, batch_size))
+        await run(stream.partition, _maintenance.delete(stream, batch_size))

@@ -1,0 +1,273 @@
+"""Transient faults: retried when safe, resolved (never guessed) when ambiguous.
+
+Every test runs with the sync and the async client. The fault transport lets a
+request reach Azurite and drops the answer ("after"), drops the answer of a
+request never sent ("lost"), or fails the connection before sending ("before").
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.core.exceptions import (
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.data.tables import TableClient
+from azure.data.tables.aio import TableClient as AsyncTableClient
+
+from streamstone_py import (
+    ConcurrencyConflictError,
+    EventData,
+    Include,
+    Partition,
+    RetryPolicy,
+    Stream,
+)
+from streamstone_py._retry import is_ambiguous, is_transient
+from tests.faults import AsyncFaultyTransport, FaultPlan, FaultyTransport
+from tests.helpers import S, rows, wait
+
+FAST = RetryPolicy(attempts=4, initial_delay=0.005, max_delay=0.02, total_time=10)
+BATCH = ("POST", "$batch")
+
+
+@pytest.fixture(params=["sync", "async"])
+def faulty(
+    request: pytest.FixtureRequest, connection_string: str, table: TableClient
+) -> Iterator[tuple[Partition, FaultPlan, Partition]]:
+    """A partition whose client injects the plan's faults, and a clean view of the same stream."""
+    plan = FaultPlan()
+    key = "f-" + uuid.uuid4().hex
+    client: Any
+    if request.param == "async":
+        client = AsyncTableClient.from_connection_string(
+            connection_string, table.table_name, transport=AsyncFaultyTransport(plan)
+        )
+    else:
+        client = TableClient.from_connection_string(
+            connection_string, table.table_name, transport=FaultyTransport(plan)
+        )
+    yield Partition(client, key, retry=FAST), plan, Partition(table, key)
+    if request.param == "async":
+        wait(client.close())
+    else:
+        client.close()
+
+
+def events(*ids: str) -> list[EventData]:
+    return [EventData(id=i, properties={"Body": f"body of {i}"}) for i in ids]
+
+
+def event_rows(partition: Partition) -> list[tuple[str, str | None]]:
+    stored = rows(partition)
+    return [(k, stored[k].get("SS_Id")) for k in sorted(stored) if k.startswith("SS-SE-")]
+
+
+def test_write_whose_answer_is_lost_after_commit_succeeds_once(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    plan.add("after", *BATCH)
+
+    result = S.write(Stream(partition), *events("a", "b"))
+
+    assert plan.injected == ["after POST"]
+    assert [(e.version, e.id) for e in result.events] == [(1, "a"), (2, "b")]
+    assert result.stream == Stream.open(clean)
+    assert event_rows(clean) == [("SS-SE-0000000001", "a"), ("SS-SE-0000000002", "b")]
+    assert len(rows(clean)) == 5
+
+
+def test_write_that_failed_before_sending_is_retried(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a")).stream
+    plan.add("before", *BATCH, times=2)
+
+    result = S.write(stream, *events("b"))
+
+    assert plan.injected == ["before POST", "before POST"]
+    assert result.stream.version == 2
+    assert event_rows(clean) == [("SS-SE-0000000001", "a"), ("SS-SE-0000000002", "b")]
+
+
+def test_ambiguous_write_that_did_not_apply_is_sent_again(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a")).stream
+    plan.add("lost", *BATCH)
+
+    result = S.write(stream, *events("b"))
+
+    assert result.stream == Stream.open(clean)
+    assert event_rows(clean) == [("SS-SE-0000000001", "a"), ("SS-SE-0000000002", "b")]
+
+
+def test_ambiguous_write_beaten_by_a_rival_is_a_conflict(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a")).stream
+
+    def rival() -> None:
+        Stream.write(Stream.open(clean), *events("rival"))
+
+    plan.add("lost", *BATCH, meanwhile=rival)
+    with pytest.raises(ConcurrencyConflictError, match="outcome of a write was unknown"):
+        S.write(stream, *events("b"))
+
+    assert event_rows(clean) == [("SS-SE-0000000001", "a"), ("SS-SE-0000000002", "rival")]
+
+
+def test_committed_write_followed_by_a_rival_is_still_reported_committed(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a")).stream
+
+    def rival_appends_after_ours() -> None:
+        Stream.write(Stream.open(clean), *events("rival"))
+
+    # The rival acts after our commit reached Azurite and before we learn of it.
+    plan.add("after", *BATCH, meanwhile=rival_appends_after_ours)
+
+    result = S.write(stream, *events("b"))
+
+    assert [(e.version, e.id) for e in result.events] == [(2, "b")]
+    assert result.stream.version == 3  # the header as found, after the rival's event
+    assert result.stream == Stream.open(clean)
+    assert event_rows(clean) == [
+        ("SS-SE-0000000001", "a"),
+        ("SS-SE-0000000002", "b"),
+        ("SS-SE-0000000003", "rival"),
+    ]
+
+
+def test_lost_answer_of_a_later_transaction_of_a_split_write(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    ids = [f"m{i}" for i in range(120)]  # 240 rows: three transactions
+    plan.add("pass", *BATCH).add("after", *BATCH)
+
+    result = S.write(Stream(partition), *events(*ids))
+
+    assert plan.injected == ["pass POST", "after POST"]
+    assert result.stream.version == 120
+    assert [e.id for e in result.events] == ids
+    assert [i for _, i in event_rows(clean)] == ids
+    assert len(rows(clean)) == 241
+
+
+def test_rival_between_transactions_of_a_split_write_stops_it(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    ids = [f"m{i}" for i in range(60)]  # 120 rows: two transactions
+
+    def rival() -> None:
+        Stream.write(Stream.open(clean), *events("rival"))
+
+    plan.add("after", *BATCH, meanwhile=rival)
+
+    with pytest.raises(ConcurrencyConflictError, match="between the transactions") as caught:
+        S.write(Stream(partition), *events(*ids))
+
+    committed = caught.value.committed
+    assert committed is not None
+    assert [e.id for e in committed.events] == ids[:49]
+    assert [i for _, i in event_rows(clean)] == [*ids[:49], "rival"]
+
+
+def test_includes_of_an_ambiguous_commit_come_back_with_their_etags(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    plan.add("after", *BATCH)
+    event = EventData(id="a", includes=[Include.insert({"RowKey": "proj", "N": 1})])
+
+    result = S.write(Stream(partition), event)
+
+    (included,) = result.includes
+    assert included.etag == clean.table.get_entity(clean.partition_key, "proj").metadata["etag"]
+
+
+def test_reads_and_expected_version_writes_ride_out_faults(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    S.write(Stream(partition), *events("a", "b"))
+    plan.add("after", "GET").add("before", "GET").add("after", "GET")
+
+    assert S.read(partition).stream == Stream.open(clean)
+    result = S.write(partition, *events("c"), expected_version=2)
+
+    assert result.stream == Stream.open(clean)
+    assert result.stream.version == 3
+    assert plan.faults == []
+
+
+def test_provision_and_set_properties_with_lost_answers(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    plan.add("after", "POST")
+    stream = S.provision(partition, {"Owner": "me"})
+    assert stream == Stream.open(clean)
+
+    plan.add("after", "PUT")
+    updated = S.set_properties(stream, {"Owner": "you"})
+    assert updated == Stream.open(clean)
+    assert dict(updated.properties) == {"Owner": "you"}
+    assert plan.injected == ["after POST", "after PUT"]
+
+
+def test_truncate_and_delete_with_lost_answers(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events(*[f"e{i}" for i in range(12)])).stream
+    plan.add("after", "PUT").add("after", *BATCH)
+
+    truncated = S.truncate(stream, 9, batch_size=4)
+
+    assert truncated == Stream.open(clean)
+    assert [e.version for e in Stream.read(clean).events] == [9, 10, 11, 12]
+    plan.add("after", "PUT").add("after", *BATCH).add("after", *BATCH)
+    S.delete(truncated, batch_size=4)
+    assert rows(clean) == {}
+
+
+def test_persistent_faults_give_up_after_the_policy_and_write_nothing(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    plan.add("before", *BATCH, times=FAST.attempts)
+
+    with pytest.raises(ServiceRequestError):
+        S.write(Stream(partition), *events("a"))
+
+    assert rows(clean) == {}
+    assert len(plan.injected) == FAST.attempts
+
+
+def _status_error(status: int) -> HttpResponseError:
+    error = HttpResponseError(message=f"status {status}")
+    error.status_code = status
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "transient", "ambiguous"),
+    [
+        (ServiceRequestError("refused"), True, False),
+        (ServiceResponseError("reset"), True, True),
+        (_status_error(408), True, True),
+        (_status_error(429), True, False),
+        (_status_error(500), True, True),
+        (_status_error(503), True, True),
+        (_status_error(404), False, False),
+        (_status_error(412), False, False),
+        (ValueError("x"), False, False),
+    ],
+)
+def test_fault_classification(error: Exception, transient: bool, ambiguous: bool) -> None:
+    assert is_transient(error) is transient
+    assert is_ambiguous(error) is ambiguous
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"attempts": 0}, {"initial_delay": -1}, {"max_delay": "x"}, {"total_time": -0.5}]
+)
+def test_retry_policy_refuses_bad_settings(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        RetryPolicy(**kwargs)
+
+
+def test_retry_policy_delays_grow_and_stay_capped() -> None:
+    policy = RetryPolicy(initial_delay=0.1, max_delay=1.0)
+    for attempt in range(1, 10):
+        assert 0 <= policy.delay(attempt) <= 1.0
