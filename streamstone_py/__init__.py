@@ -16,6 +16,7 @@ Errors are documented together in :mod:`streamstone_py._errors`; they all
 derive from :class:`StreamstoneError`.
 """
 
+from ._binary import join_binary, split_binary
 from ._config import TableConfig
 from ._errors import (
     ConcurrencyConflictError,
@@ -48,6 +49,8 @@ __all__ = [
     "StreamstoneError",
     "TableConfig",
     "WriteResult",
+    "join_binary",
+    "split_binary",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,117 @@
+"""Azure's size limits, checked on the client at their exact boundaries."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.data.tables import TableClient
+
+from streamstone_py import EventData, Include, Partition, Stream, join_binary, split_binary
+from streamstone_py._values import MAX_ENTITY_BYTES, entity_size
+from tests.faults import FaultPlan, FaultyTransport
+from tests.helpers import S, rows
+
+
+def test_a_snapshot_of_a_million_bytes_fits_one_event_row(partition: Partition) -> None:
+    blob = bytes(range(256)) * 3906 + b"tail"  # 1,000,000 bytes
+    event = EventData(id="snap", properties={"Type": "Snapshot", **split_binary("State", blob)})
+
+    S.write(Stream(partition), event)
+
+    (stored,) = S.read(partition).events
+    assert join_binary("State", stored.properties) == blob
+    row = rows(partition)["SS-SE-0000000001"]
+    assert row["State_Parts"] == 16
+    assert sorted(k for k in row if k.startswith("State_") and k != "State_Parts") == [
+        f"State_{i:02d}" for i in range(16)
+    ]
+
+
+def test_split_binary_edges() -> None:
+    assert split_binary("S", b"") == {"S_00": b"", "S_Parts": 1}
+    assert join_binary("S", split_binary("S", b"abcdefg", part_size=3)) == b"abcdefg"
+    parts = split_binary("S", b"abcdefg", part_size=3)
+    del parts["S_01"]
+    with pytest.raises(ValueError, match="lacks part 'S_01' of 3"):
+        join_binary("S", parts)
+    with pytest.raises(KeyError, match="S_Parts"):
+        join_binary("S", {})
+    with pytest.raises(ValueError, match="identifier"):
+        split_binary("bad name", b"x")
+    with pytest.raises(ValueError, match="part_size"):
+        split_binary("S", b"x", part_size=65537)
+
+
+def test_entity_at_exactly_one_mib_is_stored_and_one_byte_more_is_refused(
+    partition: Partition,
+) -> None:
+    def event_with(padding: int) -> EventData:
+        return EventData(id="e", properties={**split_binary("B", b"x" * padding)})
+
+    # Size the padding so that the event row is exactly 1 MiB by Azure's formula.
+    keys = {"PartitionKey": partition.partition_key, "RowKey": partition.event_row_key(1),
+            "Version": 1, "SS_Id": "e"}  # fmt: skip
+    padding = MAX_ENTITY_BYTES
+    while (size := entity_size({**keys, **event_with(padding).properties})) != MAX_ENTITY_BYTES:
+        padding -= size - MAX_ENTITY_BYTES
+    exact = event_with(padding)
+
+    with pytest.raises(
+        ValueError, match=f"is {MAX_ENTITY_BYTES + 1} bytes; the limit of one entity"
+    ):
+        S.write(Stream(partition), event_with(padding + 1))
+    assert rows(partition) == {}
+
+    S.write(Stream(partition), exact)
+    (stored,) = S.read(partition).events
+    assert len(join_binary("B", stored.properties)) == padding
+
+
+def test_properties_per_entity_boundary(partition: Partition) -> None:
+    # With an id, the event row also holds Version and SS_Id: 250 user properties fit.
+    fits = EventData(id="e1", properties={f"P{i}": i for i in range(250)})
+    too_many = EventData(id="e2", properties={f"P{i}": i for i in range(251)})
+
+    with pytest.raises(ValueError, match="253 properties; Azure Tables allows 252"):
+        S.write(Stream(partition), too_many)
+    result = S.write(Stream(partition), fits)
+
+    assert len(result.events[0].properties) == 250
+    assert len(rows(partition)["SS-SE-0000000001"]) == 252
+
+
+@pytest.fixture
+def counted(connection_string: str, table: TableClient) -> Iterator[tuple[Partition, FaultPlan]]:
+    plan = FaultPlan()  # no faults: it only counts the requests
+    client = TableClient.from_connection_string(
+        connection_string, table.table_name, transport=FaultyTransport(plan)
+    )
+    yield Partition(client, "size-" + uuid.uuid4().hex), plan
+    client.close()
+
+
+def test_a_write_over_4_mib_is_split_by_bytes(counted: Any) -> None:
+    partition, plan = counted
+    blob = b"\xff" * 900_000  # about 1.2 MB per event once base64-encoded
+    events = [EventData(id=f"s{i}", properties=split_binary("State", blob)) for i in range(6)]
+
+    result = Stream.write(Stream(partition), *events)
+
+    # Six events (12 rows) would fit one transaction by count, not by bytes.
+    assert plan.requests >= 2
+    assert result.stream.version == 6
+    assert all(join_binary("State", e.properties) == blob for e in Stream.read(partition).events)
+
+
+def test_one_event_over_4_mib_with_its_includes_is_refused(partition: Partition) -> None:
+    big = split_binary("B", b"y" * 900_000)
+    includes = [Include.insert({"RowKey": f"i{n}", **big}) for n in range(3)]
+    event = EventData(id="e", properties=big, includes=includes)
+
+    with pytest.raises(ValueError, match="holds 99 besides the header and 4194304 bytes"):
+        S.write(Stream(partition), EventData(id="small"), event)
+
+    assert rows(partition) == {}
