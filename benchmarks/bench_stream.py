@@ -6,6 +6,8 @@
   ETag like the engine's.
 - ``stream.read``: paging through a stream of M events with ``Stream.read``,
   beside one raw range query over the same event rows.
+- ``stream.write.async``: the async client writing to S streams at once
+  (``asyncio.gather``), beside the sync client writing them one after another.
 
 Run: ``python benchmarks/bench_stream.py [--quick]``. Target: ratio <= 1.15.
 """
@@ -13,14 +15,16 @@ Run: ``python benchmarks/bench_stream.py [--quick]``. Target: ratio <= 1.15.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import uuid
 from typing import Any
 
 from _common import account, check, emit, log, machine, paired, timed
 from azure.core import MatchConditions
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from streamstone_py import EventData, Partition, Stream
+from streamstone_py import EventData, Partition, Stream, aio
 
 
 def _events(count: int) -> list[EventData]:
@@ -92,11 +96,62 @@ def engine_read(partition: Partition) -> list[Any]:
         start = page.events[-1].version + 1
 
 
+def measure_async(
+    connection_string: str, table: TableClient, streams: int, per_stream: int, repeats: int
+) -> None:
+    """Many streams in flight with the async client, beside the sync client one by one."""
+    events = _events(per_stream)
+    loop = asyncio.new_event_loop()
+    aclient = AsyncTableClient.from_connection_string(connection_string, table.table_name)
+
+    def keys(prefix: str) -> list[str]:
+        return [f"{prefix}-{uuid.uuid4().hex}" for _ in range(streams)]
+
+    async def write_all(partitions: list[Partition]) -> None:
+        await asyncio.gather(
+            *(aio.Stream.write(p, *events, expected_version=0) for p in partitions)
+        )
+
+    written: list[str] = []
+
+    def run_async(_: int) -> float:
+        partitions = [Partition(aclient, k) for k in keys("a")]
+        written.extend(p.partition_key for p in partitions)
+        return timed(lambda: loop.run_until_complete(write_all(partitions)))
+
+    def run_sync(_: int) -> float:
+        partitions = [Partition(table, k) for k in keys("s")]
+        written.extend(p.partition_key for p in partitions)
+
+        def write_each() -> None:
+            for p in partitions:
+                Stream.write(p, *events, expected_version=0)
+
+        return timed(write_each)
+
+    log(f"async: {streams} streams x {per_stream} events x {repeats} repeats, async beside sync")
+    run_async(0), run_sync(0)
+    values, peers = paired(run_async, run_sync, repeats)
+    for pk in written:
+        stored = Stream.read(Partition(table, pk))
+        check(
+            stored.stream.version == per_stream, f"stream {pk} holds {stored.stream.version} events"
+        )
+    emit(
+        "stream.write.async", "ms", "lower", [v * 1000 for v in values],
+        "sync client, streams one after another", [p * 1000 for p in peers],
+        {"streams": streams, "events_per_stream": per_stream},
+    )  # fmt: skip
+    loop.run_until_complete(aclient.close())
+    loop.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
     args = parser.parse_args()
     write_n, read_n, repeats = (500, 2_000, 3) if args.quick else (2_000, 10_000, 7)
+    streams, per_stream = (50, 5) if args.quick else (50, 10)
     log(f"machine: {machine()}")
 
     with account() as connection_string:
@@ -148,6 +203,7 @@ def main() -> int:
             "raw azure-data-tables range query", [p * 1000 for p in peers],
             {"events": read_n, "slice_size": 1000},
         )  # fmt: skip
+        measure_async(connection_string, table, streams, per_stream, repeats)
         service.delete_table(table.table_name)
     return 0
 

@@ -24,13 +24,16 @@ from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult,
 from ._partition import Partition
 from ._protocol import (
     Entity,
+    GetEntity,
     OperationKind,
+    QueryEntities,
     Row,
     Steps,
     TableOperation,
     create_entity,
     error_code,
     get_entity,
+    parallel,
     pause,
     query_entities,
     submit_transaction,
@@ -294,44 +297,54 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
     pk = partition.partition_key
     header_key = partition.header_row_key
     end = start_version + slice_size - 1
-    if start_version == 1:
-        # The header sorts just before the event rows, so one range query reads
-        # both, and the scan meets the header before the events it vouches for.
+
+    def events_between(first: int, last: int) -> QueryEntities:
+        return QueryEntities(
+            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+            {
+                "pk": pk,
+                "first": partition.event_row_key(first),
+                "last": partition.event_row_key(last),
+            },
+            page_size=min(last - first + 1, 1000),
+        )
+
+    if start_version == 1 and slice_size < 1000:
+        # The header sorts just before the event rows, so one range query (one
+        # page) reads both, and the scan meets the header before its events.
         rows = yield from query_entities(
             "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
             {"pk": pk, "first": header_key, "last": partition.event_row_key(end)},
-            page_size=min(slice_size + 1, 1000),
+            page_size=slice_size + 1,
         )
         header = rows[0] if rows and rows[0].properties["RowKey"] == header_key else None
     else:
-        header = yield from get_entity(pk, header_key)
-        rows = []
+        header, rows = yield from parallel(
+            GetEntity(pk, header_key), events_between(start_version, end)
+        )
     if header is None or _is_deleted(header):
         raise StreamNotFoundError(partition)
     stream = _stream_from_row(partition, header)
     # Events up to the header's version are committed and immutable: the slice
-    # stops there, so it is consistent with the header it reports.
+    # stops there, so it is consistent with the header it reports. Rows below a
+    # truncation point may linger while truncate sweeps them.
     last = min(end, stream.version)
-    if start_version > 1 and start_version <= last:
-        rows = yield from query_entities(
-            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
-            {
-                "pk": pk,
-                "first": partition.event_row_key(start_version),
-                "last": partition.event_row_key(last),
-            },
-            page_size=min(slice_size, 1000),
-        )
-    # Rows below a truncation point may linger while truncate sweeps them.
-    first_key = partition.event_row_key(max(start_version, stream.first_version))
-    last_key = partition.event_row_key(last)
-    events = tuple(
+    first = max(start_version, stream.first_version)
+    first_key, last_key = partition.event_row_key(first), partition.event_row_key(last)
+    events = [
         _recorded_from_row(row.properties)
         for row in rows
         if first_key <= row.properties["RowKey"] <= last_key
-    )
+    ]
+    if first <= last and len(events) < last - first + 1:
+        # The events query ran before the header read: what committed between
+        # them is the newest, so only a tail is missing.
+        tail = events[-1].version + 1 if events else first
+        request = events_between(tail, last)
+        more = yield from query_entities(request.filter, request.parameters, request.page_size)
+        events += [_recorded_from_row(row.properties) for row in more]
     return StreamSlice(
-        stream, events, end >= stream.version, truncated=start_version < stream.first_version
+        stream, tuple(events), end >= stream.version, truncated=start_version < stream.first_version
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, TypeAlias, TypeVar, cast
 
@@ -80,6 +81,13 @@ class SubmitTransaction:
 
 
 @dataclass(frozen=True, slots=True)
+class Parallel:
+    """Requests the runner may send at once; the verb receives their results in order."""
+
+    requests: tuple[GetEntity | QueryEntities, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Pause:
     """Wait before the verb tries again; the runner sleeps by its retry policy."""
 
@@ -91,7 +99,7 @@ class Pause:
 NO_SDK_RETRY: Final[dict[str, Any]] = {"retry_total": 0}
 
 Request: TypeAlias = (
-    GetEntity | QueryEntities | CreateEntity | UpdateEntity | SubmitTransaction | Pause
+    GetEntity | QueryEntities | CreateEntity | UpdateEntity | SubmitTransaction | Parallel | Pause
 )
 Steps: TypeAlias = Generator[Request, Any, T]
 
@@ -122,6 +130,10 @@ def query_args(request: QueryEntities) -> dict[str, Any]:
     if request.select is not None:
         args["select"] = list(request.select)
     return args
+
+
+def parallel(*requests: GetEntity | QueryEntities) -> Steps[list[Any]]:
+    return cast(list[Any], (yield Parallel(requests)))
 
 
 def pause(attempt: int) -> Steps[None]:
@@ -257,6 +269,17 @@ def require_client(
     return table
 
 
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    """Threads for the sync client's parallel reads (the header beside the events)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="streamstone")
+    return _pool
+
+
 def run(partition: object, steps: Steps[T]) -> T:
     """Drive a verb to its outcome with the partition's sync ``TableClient``."""
     table = getattr(partition, "table", None)
@@ -276,7 +299,15 @@ def run(partition: object, steps: Steps[T]) -> T:
         if isinstance(request, Pause):
             time.sleep(policy.delay(request.attempt))
             continue
+
+        def call(request: Request, client: TableClient = client) -> object:
+            return tenacity.Retrying(**retry_args(policy, request))(_execute, client, request)
+
         try:
-            result = tenacity.Retrying(**retry_args(policy, request))(_execute, client, request)
+            if isinstance(request, Parallel):
+                futures = [_threads().submit(call, r) for r in request.requests]
+                result = [future.result() for future in futures]
+            else:
+                result = call(request)
         except AzureError as exc:
             error = exc

@@ -35,6 +35,7 @@ from ._protocol import (
     CreateEntity,
     Done,
     GetEntity,
+    Parallel,
     Pause,
     QueryEntities,
     Request,
@@ -108,9 +109,16 @@ async def run(partition: object, steps: Steps[T]) -> T:
         if isinstance(request, Pause):
             await asyncio.sleep(policy.delay(request.attempt))
             continue
-        try:
+
+        async def call(request: Request, client: AsyncTableClient = client) -> object:
             retrying = tenacity.AsyncRetrying(**retry_args(policy, request))
-            result = await retrying(_execute, client, request)
+            return await retrying(_execute, client, request)
+
+        try:
+            if isinstance(request, Parallel):
+                result = list(await asyncio.gather(*(call(r) for r in request.requests)))
+            else:
+                result = await call(request)
         except AzureError as exc:
             error = exc
 

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 import pytest
 
-from streamstone_py import EventData, Partition, RecordedEvent, Stream, StreamNotFoundError
+from streamstone_py import (
+    EventData,
+    Partition,
+    RecordedEvent,
+    Stream,
+    StreamNotFoundError,
+    _operations,
+)
+from streamstone_py._protocol import Parallel, _execute
 from tests.helpers import S
 
 
@@ -83,3 +94,55 @@ def test_slices_bigger_than_the_service_page(partition: Partition) -> None:
     assert whole.is_end_of_stream
     assert [e.properties["N"] for e in middle.events] == list(range(990, 1010))
     assert not middle.is_end_of_stream
+
+
+def _read_with_a_write_between(
+    partition: Partition, query_first: bool, start_version: int, slice_size: int
+) -> Any:
+    """Drive a read by hand: its header read and events query run in the given order,
+    with another writer's append between them."""
+    steps = _operations.read(partition, start_version, slice_size)
+    request = next(steps)
+    assert isinstance(request, Parallel)
+    get, query = request.requests
+    writer = Stream.open(partition)
+
+    def rival() -> None:
+        Stream.write(writer, EventData(id="late", properties={"N": 99}))
+
+    if query_first:
+        rows = _execute(partition.table, query)
+        rival()
+        header = _execute(partition.table, get)
+    else:
+        header = _execute(partition.table, get)
+        rival()
+        rows = _execute(partition.table, query)
+    result: Any = [header, rows]
+    while True:
+        try:
+            follow_up = steps.send(result)
+        except StopIteration as done:
+            return done.value
+        result = _execute(partition.table, follow_up)
+
+
+def test_events_committed_between_query_and_header_are_fetched(table: Any) -> None:
+    partition = Partition(table, "race-" + uuid.uuid4().hex)
+    _write(partition, 3)
+
+    page = _read_with_a_write_between(partition, query_first=True, start_version=2, slice_size=10)
+
+    assert page.stream.version == 4
+    assert [(e.version, e.id) for e in page.events] == [(2, "e2"), (3, "e3"), (4, "late")]
+
+
+def test_events_past_the_header_read_are_left_out(table: Any) -> None:
+    partition = Partition(table, "race-" + uuid.uuid4().hex)
+    _write(partition, 3)
+
+    page = _read_with_a_write_between(partition, query_first=False, start_version=2, slice_size=10)
+
+    assert page.stream.version == 3
+    assert [e.version for e in page.events] == [2, 3]
+    assert page.is_end_of_stream
