@@ -271,3 +271,24 @@ def test_retry_policy_delays_grow_and_stay_capped() -> None:
     policy = RetryPolicy(initial_delay=0.1, max_delay=1.0)
     for attempt in range(1, 10):
         assert 0 <= policy.delay(attempt) <= 1.0
+
+
+@pytest.mark.parametrize("kind", ["before", "lost", "after"])
+@pytest.mark.parametrize("transaction", [0, 1, 2])
+def test_a_fault_at_each_transaction_of_a_split_write(
+    faulty: Any, kind: str, transaction: int
+) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("first")).stream
+    ids = [f"m{i}" for i in range(120)]  # 240 rows: three transactions
+    for _ in range(transaction):
+        plan.add("pass", *BATCH)
+    plan.add(kind, *BATCH)
+
+    result = S.write(stream, *events(*ids))
+
+    assert plan.injected[-1] == f"{kind} POST"
+    assert result.stream == Stream.open(clean)
+    assert [e.id for e in result.events] == ids
+    assert [i for _, i in event_rows(clean)] == ["first", *ids]
+    assert len(rows(clean)) == 1 + 2 * 121

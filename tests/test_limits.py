@@ -93,6 +93,17 @@ def counted(connection_string: str, table: TableClient) -> Iterator[tuple[Partit
     client.close()
 
 
+def test_100_operations_are_one_transaction_and_101_are_two(counted: Any) -> None:
+    partition, plan = counted
+    other = Partition(partition.table, partition.partition_key + "-b")
+
+    Stream.write(Stream(partition), *[EventData() for _ in range(99)])  # + header = 100
+    assert plan.requests == 1
+    Stream.write(Stream(other), *[EventData() for _ in range(100)])  # + header = 101
+    assert plan.requests == 1 + 2
+    assert Stream.open(other).version == 100
+
+
 def test_a_write_over_4_mib_is_split_by_bytes(counted: Any) -> None:
     partition, plan = counted
     blob = b"\xff" * 900_000  # about 1.2 MB per event once base64-encoded
