@@ -6,15 +6,19 @@
   header you hold was read (or a stream you meant to create already exists).
   Re-open the stream and decide again.
 - :class:`DuplicateEventError`: an event with the same id is already stored in
-  the stream (or appears twice in one write). Nothing of that write was stored.
+  the stream. Nothing of that transaction was stored.
 - :class:`StreamNotFoundError`: the stream has no header row.
 - :class:`IncludedOperationConflictError`: an included entity could not be
   written (it already exists, or its ETag is stale, or it is missing).
 
 Bad arguments are not storage outcomes: they raise the built-in ``ValueError``
-or ``TypeError``, naming the bad value, before any request is sent. Errors of
-the Azure SDK that the engine cannot interpret (authentication, a missing
-table) propagate unchanged.
+or ``TypeError``, naming the bad value, before any request is sent (an id
+twice in one write is one of them). Transient faults are retried by the
+partition's :class:`RetryPolicy`; a write whose outcome stayed unknown is
+resolved by reading the stream, so it ends as a success or as one of the
+errors above. What remains after the retries, and the Azure SDK's errors that
+the engine cannot interpret (authentication, a missing table), propagate
+unchanged.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ class Stream:
     ETag).
 
     The verbs are static methods: ``Stream.provision``, ``Stream.open``,
-    ``Stream.try_open``, ``Stream.exists``, ``Stream.write``, ``Stream.read`` and
-    ``Stream.set_properties``.
+    ``Stream.try_open``, ``Stream.exists``, ``Stream.write``, ``Stream.read``,
+    ``Stream.set_properties``, ``Stream.truncate`` and ``Stream.delete``;
+    :mod:`streamstone_py.aio` has the same verbs as coroutines.
     """
 
     __slots__ = ("etag", "first_version", "partition", "properties", "version")
