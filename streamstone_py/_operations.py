@@ -58,6 +58,7 @@ __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_OPERATIONS",
     "exists",
+    "find",
     "open_stream",
     "provision",
     "read",
@@ -240,6 +241,19 @@ def open_stream(partition: Partition) -> Steps[_stream.Stream]:
     if stream is None:
         raise StreamNotFoundError(partition)
     return stream
+
+
+def find(partition: Partition, event_id: str) -> Steps[int | None]:
+    """The version of the event with this id, from its id row."""
+    if not isinstance(event_id, str):
+        raise TypeError(f"event_id must be a str, got {event_id!r}")
+    row = yield from get_entity(partition.partition_key, partition.id_row_key(event_id))
+    if row is None:
+        return None
+    version = from_table(row.properties.get(VERSION))
+    if not isinstance(version, int):
+        raise StreamstoneError(f"id row of {event_id!r} in {partition} has no integer Version")
+    return version
 
 
 def exists(partition: Partition) -> Steps[bool]:

@@ -76,6 +76,14 @@ class Stream:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Stream is immutable; verbs return a new header")
 
+    def with_properties(self, properties: Mapping[str, PropertyValue]) -> Stream:
+        """This header with other properties: the next write stores them, in
+        the same transaction as its events (and conditional on the same ETag)."""
+        convert_properties(properties, RESERVED_NAMES, "stream")
+        copy = Stream.__new__(Stream)
+        copy._set(self.partition, self.etag, self.version, properties, self.first_version)
+        return copy
+
     @property
     def is_transient(self) -> bool:
         """True for a header that is not stored yet (no ETag)."""
@@ -125,6 +133,12 @@ class Stream:
     def exists(partition: Partition) -> bool:
         """True if the stream has a header row."""
         return run(partition, _operations.exists(partition))
+
+    @staticmethod
+    def find(partition: Partition, event_id: str) -> int | None:
+        """The version of the event with id ``event_id``, or ``None`` if the
+        stream holds no such event (one point read of its id row)."""
+        return run(partition, _operations.find(partition, event_id))
 
     @staticmethod
     def write(

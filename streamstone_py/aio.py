@@ -153,6 +153,11 @@ class Stream:
         return await run(partition, _operations.exists(partition))
 
     @staticmethod
+    async def find(partition: Partition, event_id: str) -> int | None:
+        """The version of the event with this id; see :meth:`streamstone_py.Stream.find`."""
+        return await run(partition, _operations.find(partition, event_id))
+
+    @staticmethod
     async def write(
         target: StreamHeader | Partition,
         *events: EventData,

@@ -261,3 +261,28 @@ def test_failure_in_a_later_chunk_reports_what_was_committed(partition: Partitio
 def test_reserved_event_property_names_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match=f"'{name}' is reserved"):
         EventData(id="e1", properties={name: 1})
+
+
+def test_find_gives_the_version_of_an_event_id(partition: Partition) -> None:
+    S.write(Stream(partition), event("a"), EventData(), event("c"))
+    assert S.find(partition, "a") == 1
+    assert S.find(partition, "c") == 3
+    assert S.find(partition, "zzz") is None
+    with pytest.raises(ValueError, match="event id row key"):
+        S.find(partition, "bad/id")
+
+
+def test_with_properties_stores_header_properties_with_the_events(partition: Partition) -> None:
+    stream = S.write(Stream(partition, {"A": 1}), event("e1")).stream
+    changed = stream.with_properties({"B": b"snapshot"})
+    assert (changed.etag, changed.version) == (stream.etag, stream.version)
+    assert dict(stream.properties) == {"A": 1}
+
+    result = S.write(changed, event("e2"))
+
+    assert dict(result.stream.properties) == {"B": b"snapshot"}
+    assert rows(partition)["SS-HEAD"] == {"Version": 2, "B": b"snapshot"}
+    with pytest.raises(ConcurrencyConflictError):
+        S.write(stream.with_properties({"C": 1}), event("e3"))  # still conditional on the ETag
+    with pytest.raises(ValueError, match="reserved"):
+        stream.with_properties({"Version": 9})
