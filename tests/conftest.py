@@ -56,3 +56,14 @@ def client(request: pytest.FixtureRequest, table: TableClient) -> TableClient | 
 @pytest.fixture
 def partition(client: TableClient | AsyncTableClient) -> Partition:
     return Partition(client, "p-" + uuid.uuid4().hex)
+
+
+@pytest.fixture(params=["state", "outbox"])
+def strategy(request: pytest.FixtureRequest) -> str:
+    """Both consistent-messaging strategies pass the same scenarios."""
+    return str(request.param)
+
+
+@pytest.fixture
+def game() -> str:
+    return "game-" + uuid.uuid4().hex[:12]

@@ -1,0 +1,56 @@
+"""handlers: exactly-once effects over at-least-once delivery, on streamstone_py.
+
+A :class:`Processor` runs a :class:`Handler` over messages. With the
+state-based strategy (the default) each processed message stores a new
+version of its key's state, tagged with the message id; a duplicate is
+handled again on the state from just before its original, with a
+deterministic handler, so it yields the same state and the same outputs.
+With ``strategy="outbox"`` the outputs are stored beside the state and
+replayed instead.
+
+    >>> from handlers import Message, Processor, InMemoryPublisher
+    >>> from handlers.examples import shooting_range
+    >>> processor = Processor(shooting_range, table_client, InMemoryPublisher())   # doctest: +SKIP
+    >>> processor.process(Message("m-1", "game-1", "FireAt", {"position": 3}))     # doctest: +SKIP
+
+Errors are listed in :mod:`handlers._errors`.
+"""
+
+from ._context import HandlerContext
+from ._errors import (
+    DuplicateOutsideWindowError,
+    HandlerError,
+    HandlerFailedError,
+    NonDeterministicHandlerError,
+    StateTooLargeError,
+)
+from ._handler import Handler, handler
+from ._lifecycle import IllegalTransitionError, Receive, ReceiveState
+from ._message import Message
+from ._processor import LoadedState, Outcome, Processor, ProcessorStats
+from ._publish import InMemoryPublisher, Publisher, TablePublisher
+from ._store import StateStore, StoredVersion
+
+__all__ = [
+    "DuplicateOutsideWindowError",
+    "Handler",
+    "HandlerContext",
+    "HandlerError",
+    "HandlerFailedError",
+    "IllegalTransitionError",
+    "InMemoryPublisher",
+    "LoadedState",
+    "Message",
+    "NonDeterministicHandlerError",
+    "Outcome",
+    "Processor",
+    "ProcessorStats",
+    "Publisher",
+    "Receive",
+    "ReceiveState",
+    "StateStore",
+    "StateTooLargeError",
+    "StoredVersion",
+    "TablePublisher",
+    "handler",
+]

@@ -1,0 +1,42 @@
+"""Canonical msgpack: the same value gives the same bytes in every process."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+__all__ = ["canonical", "digest", "pack", "unpack"]
+
+
+def canonical(value: Any, path: str = "value") -> Any:
+    """``value`` with every mapping's keys sorted, checking it is msgpack data."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return value
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"{path} has a non-str key {key!r}; keys must be str")
+        return {key: canonical(value[key], f"{path}[{key!r}]") for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [canonical(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(
+        f"{path} is a {type(value).__name__}; messages and states hold None, bool, int, "
+        "float, str, bytes, lists and str-keyed mappings"
+    )
+
+
+def pack(value: Any, path: str = "value") -> bytes:
+    return msgpack.packb(canonical(value, path), use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=True)
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,116 @@
+"""HandlerContext: everything a handler may not take from its environment."""
+
+from __future__ import annotations
+
+import hashlib
+import random as _random
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+from ._codec import canonical
+from ._errors import NonDeterministicHandlerError
+from ._message import Message
+
+__all__ = ["HandlerContext"]
+
+T = TypeVar("T")
+
+#: The namespace of every id a context derives (uuid5 of the message id and a counter).
+NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://streamstone-py/handlers")
+
+
+class HandlerContext:
+    """What a handler uses instead of clocks, random numbers, uuid4 and globals.
+
+    Everything here is derived from the input message id, or captured at the
+    first processing and stored with the new state, so handling a duplicate
+    again gives byte-identical outputs in any process:
+
+    - :meth:`new_uuid` / :meth:`new_id`: uuid5 of the handler, the message id
+      and a counter.
+    - :meth:`random`: a ``random.Random`` seeded from the message id.
+    - :meth:`now`: the time of the first processing.
+    - :meth:`capture`: any other environmental value, taken once and replayed.
+    - :meth:`publish`: an output message (its id is derived too, unless given).
+    """
+
+    def __init__(
+        self,
+        message: Message,
+        *,
+        handler: str,
+        now: datetime,
+        captures: Mapping[str, Any] | None = None,
+        replay: bool = False,
+    ) -> None:
+        self.message = message
+        self._handler = handler
+        self._now = now
+        self._captures: dict[str, Any] = dict(captures or {})
+        self._replay = replay
+        self._counter = 0
+        self._outputs: list[Message] = []
+        seed = hashlib.sha256(b"random\x00" + message.id.encode("utf-8")).digest()
+        self._random = _random.Random(int.from_bytes(seed[:16], "big"))
+
+    def new_uuid(self) -> uuid.UUID:
+        """The next id of this message: the same sequence on every run.
+
+        Derived from the handler's name too, so two handlers that consume the
+        same message never mint the same ids."""
+        self._counter += 1
+        return uuid.uuid5(NAMESPACE, f"{self._handler}\x00{self.message.id}\x00{self._counter}")
+
+    def new_id(self) -> str:
+        return str(self.new_uuid())
+
+    def random(self) -> _random.Random:
+        """A random generator seeded from the message id (not from the clock)."""
+        return self._random
+
+    def now(self) -> datetime:
+        """When the message was first processed (a duplicate sees the same instant)."""
+        return self._now
+
+    def capture(self, name: str, fn: Callable[[], T]) -> T:
+        """``fn()`` at the first processing; the recorded value on every later one."""
+        if name in self._captures:
+            return self._captures[name]  # type: ignore[no-any-return]
+        if self._replay:
+            raise NonDeterministicHandlerError(
+                self._handler, self.message.id, f"capture {name!r} was not taken the first time"
+            )
+        value = fn()
+        canonical(value, f"capture {name!r}")
+        self._captures[name] = value
+        return value
+
+    def publish(
+        self,
+        type: str,
+        body: Any = None,
+        *,
+        key: str | None = None,
+        id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Message:
+        """Queue an output message; it is published after the new state is stored."""
+        output = Message(
+            id=id if id is not None else self.new_id(),
+            key=key if key is not None else self.message.key,
+            type=type,
+            body=body,
+            headers=headers or {},
+        )
+        self._outputs.append(output)
+        return output
+
+    @property
+    def outputs(self) -> tuple[Message, ...]:
+        return tuple(self._outputs)
+
+    @property
+    def captures(self) -> dict[str, Any]:
+        return dict(self._captures)

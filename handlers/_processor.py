@@ -1,0 +1,523 @@
+"""The processor: every message changes state once and yields the same outputs,
+however often it is delivered.
+
+``process_batch(key, messages)`` reads the key's stream once (its header holds
+the newest state), folds the messages in memory, writes all new versions in
+one conditional transaction (split only when too large), and publishes last:
+
+- a message already stored is found by the write itself (its id row exists):
+  the processor loads the state from just before it was first processed,
+  handles it again with the recorded context, checks that the outputs match
+  the recorded digest, and republishes them (outbox strategy: it republishes
+  the stored outputs if they were not dispatched yet, else nothing);
+- a rival writer (another worker with the same key) makes the write fail
+  with a conflict before anything is published: reload and fold again;
+- publishing comes last, so a crash before it leaves a stored state whose
+  outputs the redelivered message republishes, and never a published output
+  whose state is absent.
+
+``process(message)`` is ``process_batch`` of one message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Generic, Literal, TypeVar
+
+from azure.core.exceptions import AzureError
+from azure.data.tables import TableClient
+
+from streamstone_py import (
+    ConcurrencyConflictError,
+    DuplicateEventError,
+    EventData,
+    RetryPolicy,
+    Stream,
+    StreamstoneError,
+    join_binary,
+    split_binary,
+)
+
+from ._codec import digest, pack, unpack
+from ._context import HandlerContext
+from ._errors import (
+    DuplicateOutsideWindowError,
+    HandlerError,
+    HandlerFailedError,
+    NonDeterministicHandlerError,
+    StateTooLargeError,
+)
+from ._handler import Handler
+from ._lifecycle import Receive, ReceiveState
+from ._message import Message
+from ._publish import Publisher
+from ._store import STATE, WATERMARK, StateStore, StoredVersion
+
+__all__ = ["LoadedState", "Outcome", "Processor", "ProcessorStats"]
+
+S = TypeVar("S")
+Strategy = Literal["state", "outbox"]
+LateDuplicates = Literal["refuse", "process"]
+Status = Literal["completed", "duplicate", "abandoned", "faulted"]
+
+#: The largest encoded state one stored version holds (an entity is 1 MiB).
+MAX_STATE_BYTES: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedState(Generic[S]):
+    """The state a message is handled on: the newest one, or for a duplicate
+    the one from just before its original was processed."""
+
+    state: S
+    version: int
+    is_duplicate: bool
+    original: StoredVersion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one message: its receive's final state, as a status."""
+
+    message: Message
+    status: Status
+    version: int | None
+    outputs: tuple[Message, ...] = ()
+    reason: str | None = None
+    error: BaseException | None = field(default=None, compare=False)
+
+    @property
+    def message_id(self) -> str:
+        return self.message.id
+
+
+@dataclass(slots=True)
+class ProcessorStats:
+    """Counters since the processor was made (single-threaded use per processor)."""
+
+    messages: int = 0
+    completed: int = 0
+    duplicates: int = 0
+    abandoned: int = 0
+    faulted: int = 0
+    outputs: int = 0
+    conflicts_retried: int = 0
+
+
+@dataclass(slots=True)
+class _Step:
+    message: Message
+    status: Status
+    version: int | None = None
+    outputs: tuple[Message, ...] = ()
+    error: BaseException | None = None
+    dispatch: bool = False  # outbox: outputs to mark dispatched after publishing
+
+
+@dataclass(slots=True)
+class _Plan:
+    steps: list[_Step]
+    events: list[EventData]
+    state: bytes
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Processor(Generic[S]):
+    """Runs one handler over messages with exactly-once effects.
+
+    ``strategy="state"`` (the default) stores a state version per message and
+    handles duplicates again on the state before their original; the handler
+    must be deterministic (use the context). ``strategy="outbox"`` stores the
+    outputs beside the state and replays them; the handler need not be
+    deterministic.
+    """
+
+    def __init__(
+        self,
+        handler: Handler[S],
+        table: TableClient,
+        publisher: Publisher,
+        *,
+        strategy: Strategy = "state",
+        clock: Callable[[], datetime] = _utcnow,
+        retry: RetryPolicy | None = None,
+        max_attempts: int = 10,
+        late_duplicates: LateDuplicates = "refuse",
+        store: StateStore | None = None,
+    ) -> None:
+        if strategy not in ("state", "outbox"):
+            raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
+        if late_duplicates not in ("refuse", "process"):
+            raise ValueError(
+                f"late_duplicates must be 'refuse' or 'process', got {late_duplicates!r}"
+            )
+        if not handler.name.isidentifier():
+            raise ValueError(f"handler name {handler.name!r} must be an identifier")
+        self.handler = handler
+        self.publisher = publisher
+        self.strategy = strategy
+        self.clock = clock
+        self.retry = retry or RetryPolicy()
+        self.max_attempts = max_attempts
+        self.late_duplicates = late_duplicates
+        self.store = store or StateStore(table, handler.name, self.retry)
+        self.stats = ProcessorStats()
+
+    # --- loading --------------------------------------------------------------
+
+    def _header_state(self, stream: Stream | None) -> bytes:
+        if stream is None or f"{STATE}_Parts" not in stream.properties:
+            return self.handler.encode_state(self.handler.initial_state())
+        return join_binary(STATE, stream.properties)
+
+    def load_state(self, key: str, message_id: str) -> LoadedState[S]:
+        """The state to handle ``message_id`` on, in at most two round trips.
+
+        New message: the newest state (from the header). Duplicate: the state
+        just before its original, and the original's recorded context.
+        """
+        partition = self.store.partition(key)
+        version = self.store.find(partition, message_id)
+        if version is None:
+            stream = self.store.open(partition)
+            state = self.handler.decode_state(self._header_state(stream))
+            return LoadedState(state, stream.version if stream else 0, False)
+        original, before = self._versions_around(key, message_id, version)
+        return LoadedState(self.handler.decode_state(before), version - 1, True, original)
+
+    def _versions_around(
+        self, key: str, message_id: str, version: int
+    ) -> tuple[StoredVersion, bytes]:
+        partition = self.store.partition(key)
+        first = max(1, version - 1)
+        page = self.store.read(partition, first, version - first + 1)
+        found = {e.version: e for e in page.events}
+        if version not in found or (version > 1 and version - 1 not in found):
+            watermark = page.stream.properties.get(WATERMARK)
+            raise DuplicateOutsideWindowError(
+                self.handler.name, message_id, "?", str(watermark or "the retention cut")
+            )
+        original = StoredVersion.from_event(found[version])
+        if version == 1:
+            before = self.handler.encode_state(self.handler.initial_state())
+        else:
+            before = StoredVersion.from_event(found[version - 1]).state
+        return original, before
+
+    # --- handling --------------------------------------------------------------
+
+    def _invoke(self, state_bytes: bytes, message: Message, context: HandlerContext) -> bytes:
+        state = self.handler.decode_state(state_bytes)
+        try:
+            new_state = self.handler.apply(state, message, context)
+            encoded = self.handler.encode_state(new_state)
+        except HandlerError:
+            raise
+        except Exception as exc:
+            raise HandlerFailedError(self.handler.name, message.id, exc) from exc
+        if len(encoded) > MAX_STATE_BYTES:
+            raise StateTooLargeError(self.handler.name, message.id, len(encoded), MAX_STATE_BYTES)
+        return encoded
+
+    def _replay(self, key: str, message: Message) -> _Step:
+        """A message found stored: its outputs again, checked against the original."""
+        partition = self.store.partition(key)
+        if self.strategy == "outbox":
+            record = self.store.outbox(partition, message.id)
+            if record is None:
+                raise DuplicateOutsideWindowError(self.handler.name, message.id, "?", "retention")
+            if record.dispatched or record.outputs is None:
+                return _Step(message, "duplicate")
+            outputs = tuple(Message.decode(o) for o in unpack(record.outputs))
+            return _Step(message, "duplicate", outputs=outputs, dispatch=True)
+        version = self.store.find(partition, message.id)
+        if version is None:  # truncated between the write and now
+            raise DuplicateOutsideWindowError(self.handler.name, message.id, "?", "retention")
+        original, before = self._versions_around(key, message.id, version)
+        context = HandlerContext(
+            message,
+            handler=self.handler.name,
+            now=original.now,
+            captures=original.captures,
+            replay=True,
+        )
+        try:
+            after = self._invoke(before, message, context)
+        except HandlerFailedError as exc:
+            raise NonDeterministicHandlerError(
+                self.handler.name, message.id, f"it raised {exc.__cause__!r} this time"
+            ) from exc
+        outputs = context.outputs
+        if digest(pack([o.encode() for o in outputs])) != original.digest:
+            raise NonDeterministicHandlerError(
+                self.handler.name, message.id, "output digest differs"
+            )
+        if after != original.state:
+            raise NonDeterministicHandlerError(self.handler.name, message.id, "new state differs")
+        return _Step(message, "duplicate", version=version, outputs=outputs)
+
+    def _late(self, message: Message, watermark: Any) -> DuplicateOutsideWindowError | None:
+        sent_at = message.headers.get("sent_at")
+        if (
+            self.late_duplicates != "refuse"
+            or sent_at is None
+            or not isinstance(watermark, datetime)
+        ):
+            return None
+        try:
+            sent = datetime.fromisoformat(sent_at)
+        except ValueError:
+            sent = None
+        if sent is None or sent.tzinfo is None:
+            return DuplicateOutsideWindowError(
+                self.handler.name, message.id, repr(sent_at), "an unreadable sent_at header"
+            )
+        if sent <= watermark:
+            return DuplicateOutsideWindowError(
+                self.handler.name, message.id, sent.isoformat(), watermark.isoformat()
+            )
+        return None
+
+    def _fold(
+        self,
+        key: str,
+        messages: Sequence[Message],
+        stream: Stream,
+        stored: dict[str, _Step | BaseException],
+    ) -> _Plan:
+        state = self._header_state(stream if not stream.is_transient else None)
+        watermark = stream.properties.get(WATERMARK)
+        version = stream.version
+        steps: list[_Step] = []
+        events: list[EventData] = []
+        seen: dict[str, _Step] = {}
+        stopped: str | None = None
+        for message in messages:
+            if stopped is not None:
+                steps.append(_Step(message, "abandoned", error=HandlerError(stopped)))
+                continue
+            if not self.handler.accepts(message.type):
+                reason = f"handler {self.handler.name!r} does not handle type {message.type!r}"
+                steps.append(_Step(message, "abandoned", error=HandlerError(reason)))
+                continue
+            earlier = seen.get(message.id)
+            if earlier is not None:  # a duplicate inside this batch
+                outputs = earlier.outputs if self.strategy == "state" else ()
+                steps.append(_Step(message, "duplicate", earlier.version, outputs))
+                continue
+            found = stored.get(message.id)
+            if isinstance(found, BaseException):
+                steps.append(_Step(message, "abandoned", error=found))
+                if isinstance(found, NonDeterministicHandlerError):
+                    stopped = f"an earlier message of key {key!r} failed: {found}"
+                continue
+            if found is not None:
+                steps.append(found)
+                seen[message.id] = found
+                continue
+            late = self._late(message, watermark)
+            if late is not None:
+                steps.append(_Step(message, "abandoned", error=late))
+                continue
+            context = HandlerContext(message, handler=self.handler.name, now=self.clock())
+            try:
+                state = self._invoke(state, message, context)
+            except HandlerError as exc:
+                steps.append(_Step(message, "abandoned", error=exc))
+                stopped = f"an earlier message of key {key!r} failed: {exc}"
+                continue
+            version += 1
+            outputs = context.outputs
+            encoded_outputs = pack([o.encode() for o in outputs])
+            properties: dict[str, Any] = {
+                "MessageType": message.type,
+                "Now": context.now(),
+                "Digest": digest(encoded_outputs),
+                **split_binary(STATE, state),
+            }
+            if context.captures:
+                properties["Captures"] = pack(context.captures)
+            includes = []
+            if self.strategy == "outbox":
+                includes.append(
+                    self.store.outbox_include(message.id, split_binary("Outputs", encoded_outputs))
+                )
+            events.append(EventData(id=message.id, properties=properties, includes=includes))
+            step = _Step(message, "completed", version, outputs, dispatch=self.strategy == "outbox")
+            steps.append(step)
+            seen[message.id] = step
+        return _Plan(steps, events, state)
+
+    # --- processing ------------------------------------------------------------
+
+    def process(self, message: Message) -> Outcome:
+        """Handle one message; see :meth:`process_batch`.
+
+        Raises :class:`NonDeterministicHandlerError` when a duplicate does not
+        reproduce its original's outputs (nothing is published then).
+        """
+        (outcome,) = self.process_batch(message.key, [message])
+        if isinstance(outcome.error, NonDeterministicHandlerError):
+            raise outcome.error
+        return outcome
+
+    def process_batch(self, key: str, messages: Sequence[Message]) -> list[Outcome]:
+        """Handle a key's messages in order: one read, one write, then publish.
+
+        Gives the same states and outputs as processing them one by one. A
+        handler error abandons that message and the key's later messages of
+        this batch (they are reported, not lost: deliver them again); storage
+        or publishing failures fault the messages not yet completed.
+        """
+        for message in messages:
+            if message.key != key:
+                raise ValueError(f"message {message.id!r} has key {message.key!r}, not {key!r}")
+        partition = self.store.partition(key)  # ValueError for a key the table cannot store
+        receives = [Receive(m.id) for m in messages]
+        self.stats.messages += len(messages)
+        stored: dict[str, _Step | BaseException] = {}
+        conflicts = 0
+        try:
+            while True:
+                stream = self.store.open(partition) or Stream(partition)
+                plan = self._fold(key, messages, stream, stored)
+                if not plan.events:
+                    break
+                header = (
+                    {WATERMARK: stream.properties[WATERMARK]}
+                    if WATERMARK in stream.properties
+                    else {}
+                )
+                try:
+                    self.store.write(
+                        stream.with_properties({**header, **split_binary(STATE, plan.state)}),
+                        plan.events,
+                    )
+                    break
+                except DuplicateEventError as exc:
+                    # Stored before (by an earlier delivery or a rival): handle it as a duplicate.
+                    message = next(m for m in messages if m.id == exc.id)
+                    try:
+                        stored[exc.id] = self._replay(key, message)
+                    except HandlerError as error:
+                        stored[exc.id] = error
+                except ConcurrencyConflictError:
+                    conflicts += 1
+                    self.stats.conflicts_retried += 1
+                    if conflicts >= self.max_attempts:
+                        raise
+                    time.sleep(self.retry.delay(conflicts))
+        except (AzureError, StreamstoneError) as exc:
+            return self._finish(messages, receives, None, exc)
+        publish = [o for step in plan.steps for o in step.outputs]
+        try:
+            if publish:
+                self.publisher.publish(publish)
+            dispatched = [s.message.id for s in plan.steps if s.dispatch]
+            if dispatched:
+                self.store.mark_dispatched(partition, dispatched)
+        except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
+            return self._finish(messages, receives, plan, exc)
+        return self._finish(messages, receives, plan, None)
+
+    def _finish(
+        self,
+        messages: Sequence[Message],
+        receives: list[Receive],
+        plan: _Plan | None,
+        fault: BaseException | None,
+    ) -> list[Outcome]:
+        outcomes = []
+        steps = plan.steps if plan is not None else [_Step(m, "faulted") for m in messages]
+        for step, receive in zip(steps, receives, strict=True):
+            if fault is not None and step.status != "abandoned":
+                receive.fault(f"{type(fault).__name__}: {fault}")
+                outcome = Outcome(
+                    step.message, "faulted", step.version, step.outputs, receive.reason, fault
+                )
+            elif step.status == "abandoned":
+                receive.abandon(str(step.error))
+                outcome = Outcome(step.message, "abandoned", None, (), receive.reason, step.error)
+            else:
+                receive.complete()
+                outcome = Outcome(step.message, step.status, step.version, step.outputs)
+            assert receive.state in (
+                ReceiveState.COMPLETED,
+                ReceiveState.ABANDONED,
+                ReceiveState.FAULTED,
+            )
+            outcomes.append(outcome)
+            self.stats.outputs += len(outcome.outputs) if outcome.status != "faulted" else 0
+            if outcome.status == "completed":
+                self.stats.completed += 1
+            elif outcome.status == "duplicate":
+                self.stats.duplicates += 1
+            elif outcome.status == "abandoned":
+                self.stats.abandoned += 1
+            else:
+                self.stats.faulted += 1
+        return outcomes
+
+    # --- retention ------------------------------------------------------------
+
+    def retain(
+        self, key: str, *, keep_last: int | None = None, older_than: timedelta | None = None
+    ) -> int:
+        """Remove old versions of a key's stream; the newest state always stays.
+
+        Keeps the ``keep_last`` newest versions, and every version processed
+        less than ``older_than`` ago (either bound alone, or both: a version
+        stays if either keeps it). Outbox rows of removed versions go too.
+        Returns how many versions were removed. Ids of removed versions no
+        longer detect duplicates: the header's ``Watermark`` records the
+        newest removed ``Now``, and a message whose ``sent_at`` header is not
+        after it is refused (``late_duplicates="refuse"``) or handled as new.
+        """
+        if keep_last is None and older_than is None:
+            raise ValueError("give keep_last, older_than, or both")
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
+            raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        partition = self.store.partition(key)
+        stream = self.store.open(partition)
+        if stream is None:
+            return 0
+        first = stream.first_version
+        cut = stream.version + 1
+        if keep_last is not None:
+            cut = min(cut, max(first, stream.version - keep_last + 1))
+        removed: list[StoredVersion] = []
+        if cut > first:
+            page = self.store.read(partition, first, cut - first)
+            removed = [StoredVersion.from_event(e) for e in page.events]
+        if older_than is not None:
+            limit = self.clock() - older_than
+            young = [r.version for r in removed if r.now >= limit]
+            if young:
+                cut = min(young)
+            removed = [r for r in removed if r.version < cut]
+        if not removed:
+            return 0
+        watermark = max(r.now for r in removed)
+        while True:
+            previous = stream.properties.get(WATERMARK)
+            if isinstance(previous, datetime) and previous >= watermark:
+                break
+            try:
+                stream = self.store.set_properties(
+                    stream, {**stream.properties, WATERMARK: watermark}
+                )
+                break
+            except ConcurrencyConflictError:
+                reopened = self.store.open(partition)
+                assert reopened is not None
+                stream = reopened
+        self.store.truncate(stream, cut)
+        if self.strategy == "outbox":
+            self.store.delete_outbox(partition, [r.message_id for r in removed])
+        return len(removed)

@@ -1,0 +1,171 @@
+"""Where a handler's versions live: one stream per key, written through streamstone_py.
+
+Layout of the stream ``{key}|{handler}`` (a virtual partition of PartitionKey
+``key``), one event per processed message, its id the message id:
+
+- event properties: ``MessageType``, ``Now`` (captured at first processing),
+  ``Captures`` (msgpack, when the handler captured anything), ``Digest``
+  (SHA-256 of the outputs), and the state after the message, split over
+  ``State_00``... by :func:`streamstone_py.split_binary`;
+- header properties: the newest state (the same split), and ``Watermark``
+  once retention removed versions (the newest ``Now`` it removed);
+- outbox strategy: one include row ``{handler}|OB-{message id}`` per message,
+  holding its encoded outputs until they are dispatched.
+
+All storage calls of the processor go through :class:`StateStore`, so tests
+can wrap it to inject crashes between any two of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableClient, TableTransactionError, UpdateMode
+
+from streamstone_py import (
+    EventData,
+    Include,
+    Partition,
+    RecordedEvent,
+    RetryPolicy,
+    Stream,
+    StreamSlice,
+    WriteResult,
+    join_binary,
+)
+
+from ._codec import unpack
+
+__all__ = ["OutboxRecord", "StateStore", "StoredVersion"]
+
+STATE: Final = "State"
+WATERMARK: Final = "Watermark"
+OUTBOX_PREFIX: Final = "OB-"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    """What a processed message left in its event: enough to handle it again."""
+
+    version: int
+    message_id: str
+    now: datetime
+    captures: dict[str, Any]
+    digest: str
+    state: bytes
+
+    @classmethod
+    def from_event(cls, event: RecordedEvent) -> StoredVersion:
+        props = event.properties
+        now = props["Now"]
+        digest = props["Digest"]
+        captures = props.get("Captures")
+        assert isinstance(now, datetime)
+        assert isinstance(digest, str)
+        return cls(
+            version=event.version,
+            message_id=event.id or "",
+            now=now,
+            captures=unpack(captures) if isinstance(captures, bytes) else {},
+            digest=digest,
+            state=join_binary(STATE, props),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    """An outbox row: the outputs of one message, until they are dispatched."""
+
+    outputs: bytes | None
+    dispatched: bool
+
+
+class StateStore:
+    """The processor's storage calls, one method per round trip."""
+
+    def __init__(self, table: TableClient, handler_name: str, retry: RetryPolicy) -> None:
+        self.table = table
+        self.handler_name = handler_name
+        self.retry = retry
+
+    def partition(self, key: str) -> Partition:
+        return Partition(self.table, key, self.handler_name, retry=self.retry)
+
+    def outbox_row_key(self, message_id: str) -> str:
+        return f"{self.handler_name}|{OUTBOX_PREFIX}{message_id}"
+
+    def open(self, partition: Partition) -> Stream | None:
+        return Stream.try_open(partition)
+
+    def find(self, partition: Partition, message_id: str) -> int | None:
+        return Stream.find(partition, message_id)
+
+    def read(self, partition: Partition, start_version: int, count: int) -> StreamSlice:
+        return Stream.read(partition, start_version=start_version, slice_size=count)
+
+    def write(self, stream: Stream, events: Sequence[EventData]) -> WriteResult:
+        return Stream.write(stream, *events)
+
+    def outbox(self, partition: Partition, message_id: str) -> OutboxRecord | None:
+        try:
+            row = self.table.get_entity(partition.partition_key, self.outbox_row_key(message_id))
+        except ResourceNotFoundError:
+            return None
+        outputs = join_binary("Outputs", row) if "Outputs_Parts" in row else None
+        return OutboxRecord(outputs, bool(row.get("Dispatched")))
+
+    def outbox_include(self, message_id: str, outputs: dict[str, Any]) -> Include:
+        return Include.insert(
+            {"RowKey": self.outbox_row_key(message_id), "Dispatched": False, **outputs}
+        )
+
+    def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        """Replace outbox rows by a bare ``Dispatched`` flag; rows already gone are skipped."""
+        ops: list[Any] = [
+            (
+                "update",
+                {
+                    "PartitionKey": partition.partition_key,
+                    "RowKey": self.outbox_row_key(m),
+                    "Dispatched": True,
+                },
+                {"mode": UpdateMode.REPLACE},
+            )
+            for m in dict.fromkeys(message_ids)
+        ]
+        for start in range(0, len(ops), 100):
+            batch = ops[start : start + 100]
+            while batch:
+                try:
+                    self.table.submit_transaction(batch)
+                    break
+                except TableTransactionError as exc:
+                    if exc.status_code != 404 or exc.index is None:
+                        raise
+                    del batch[exc.index]  # removed by retention meanwhile
+
+    def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        ops: list[Any] = [
+            ("delete", {"PartitionKey": partition.partition_key, "RowKey": self.outbox_row_key(m)})
+            for m in dict.fromkeys(message_ids)
+        ]
+        for start in range(0, len(ops), 100):
+            batch = ops[start : start + 100]
+            while batch:
+                try:
+                    self.table.submit_transaction(batch)
+                    break
+                except TableTransactionError as exc:
+                    if exc.status_code != 404 or exc.index is None:
+                        raise
+                    del batch[exc.index]
+
+    def set_properties(self, stream: Stream, properties: dict[str, Any]) -> Stream:
+        return Stream.set_properties(stream, properties)
+
+    def truncate(self, stream: Stream, before_version: int) -> Stream:
+        return Stream.truncate(stream, before_version)
