@@ -323,7 +323,21 @@ class Processor(Generic[S]):
                 continue
             late = self._late(message, watermark)
             if late is not None:
-                steps.append(_Step(message, "abandoned", error=late))
+                # Sent before the watermark: a duplicate whose record is kept is
+                # still handled as one; only a forgotten id is refused.
+                if self.store.find(self.store.partition(key), message.id) is None:
+                    steps.append(_Step(message, "abandoned", error=late))
+                    continue
+                try:
+                    stored[message.id] = self._replay(key, message)
+                except HandlerError as exc:
+                    stored[message.id] = exc
+                found = stored[message.id]
+                step = (
+                    found if isinstance(found, _Step) else _Step(message, "abandoned", error=found)
+                )
+                steps.append(step)
+                seen[message.id] = step
                 continue
             context = HandlerContext(message, handler=self.handler.name, now=self.clock())
             try:

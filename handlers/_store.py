@@ -125,15 +125,24 @@ class StateStore:
 
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
         """Replace outbox rows by a bare ``Dispatched`` flag; rows already gone are skipped."""
+        self._submit_each(partition, message_ids, "update", {"Dispatched": True})
+
+    def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        self._submit_each(partition, message_ids, "delete", {})
+
+    def _submit_each(
+        self, partition: Partition, message_ids: Sequence[str], kind: str, values: dict[str, Any]
+    ) -> None:
+        """One operation per outbox row, 100 to a transaction; rows already gone are skipped."""
         ops: list[Any] = [
             (
-                "update",
+                kind,
                 {
                     "PartitionKey": partition.partition_key,
                     "RowKey": self.outbox_row_key(m),
-                    "Dispatched": True,
+                    **values,
                 },
-                {"mode": UpdateMode.REPLACE},
+                {"mode": UpdateMode.REPLACE} if kind == "update" else {},
             )
             for m in dict.fromkeys(message_ids)
         ]
@@ -147,22 +156,6 @@ class StateStore:
                     if exc.status_code != 404 or exc.index is None:
                         raise
                     del batch[exc.index]  # removed by retention meanwhile
-
-    def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
-        ops: list[Any] = [
-            ("delete", {"PartitionKey": partition.partition_key, "RowKey": self.outbox_row_key(m)})
-            for m in dict.fromkeys(message_ids)
-        ]
-        for start in range(0, len(ops), 100):
-            batch = ops[start : start + 100]
-            while batch:
-                try:
-                    self.table.submit_transaction(batch)
-                    break
-                except TableTransactionError as exc:
-                    if exc.status_code != 404 or exc.index is None:
-                        raise
-                    del batch[exc.index]
 
     def set_properties(self, stream: Stream, properties: dict[str, Any]) -> Stream:
         return Stream.set_properties(stream, properties)
