@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from azure.core.pipeline.transport import RequestsTransport  # noqa: E402
+
 from azurite.launcher import account  # noqa: E402
 
-__all__ = ["account", "check", "emit", "log", "machine", "paired", "timed"]
+__all__ = ["CountingTransport", "account", "check", "emit", "log", "machine", "paired", "timed"]
 
 
 def log(message: str) -> None:
@@ -102,3 +104,15 @@ def emit(
     }
     print(json.dumps(record), flush=True)
     return record
+
+
+class CountingTransport(RequestsTransport):  # type: ignore[misc]
+    """The SDK's own transport, counting the HTTP requests (storage round trips) it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        self.requests += 1
+        return super().send(request, **kwargs)

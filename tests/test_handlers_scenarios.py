@@ -307,3 +307,35 @@ def test_table_publisher_is_idempotent(table: TableClient, service: Any, game: s
     )
     assert len(first) == 4
     assert first == again
+
+
+def test_a_message_that_changes_nothing_is_still_recorded(
+    table: TableClient, strategy: str, game: str
+) -> None:
+    @handler("Observer")
+    def observer(state: dict, message: Message, ctx: Any) -> None:
+        return None  # looks, changes nothing, publishes nothing
+
+    p = Processor(observer, table, InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+    assert p.process(Message("look-1", game, "Look")).status == "completed"
+    assert p.load_state(game, "x").version == 1
+    assert p.load_state(game, "look-1").is_duplicate
+    assert p.process(Message("look-1", game, "Look")).status == "duplicate"
+
+
+def test_load_state_makes_at_most_two_storage_calls(table: TableClient, game: str) -> None:
+    p = processor(table, "state")
+    p.process_batch(game, [start(game, 1)] + [fire(game, n, n) for n in range(1, 300)])
+    calls: list[str] = []
+    for name in ("open", "find", "read"):
+        original = getattr(p.store, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            calls.append(_name)
+            return _original(*args)
+
+        setattr(p.store, name, counted)
+    for message_id in ("never-seen", f"{game}-fire-1", f"{game}-fire-150", f"{game}-fire-299"):
+        calls.clear()
+        loaded = p.load_state(game, message_id)
+        assert calls == (["find", "read"] if loaded.is_duplicate else ["find", "open"])
