@@ -339,6 +339,12 @@ class Processor(Generic[S]):
                 steps.append(step)
                 seen[message.id] = step
                 continue
+            try:
+                EventData(id=message.id)  # the id must be storable as a row key
+            except ValueError as exc:
+                reason = f"message id {message.id!r} cannot be stored: {exc}"
+                steps.append(_Step(message, "abandoned", error=HandlerError(reason)))
+                continue
             context = HandlerContext(message, handler=self.handler.name, now=self.clock())
             try:
                 state = self._invoke(state, message, context)

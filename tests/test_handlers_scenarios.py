@@ -339,3 +339,16 @@ def test_load_state_makes_at_most_two_storage_calls(table: TableClient, game: st
         calls.clear()
         loaded = p.load_state(game, message_id)
         assert calls == (["find", "read"] if loaded.is_duplicate else ["find", "open"])
+
+
+def test_a_message_id_the_table_cannot_store_is_abandoned_alone(
+    table: TableClient, strategy: str, game: str
+) -> None:
+    p = processor(table, strategy)
+    bad = Message("shot/with#bad?chars", game, "FireAt", {"position": 1})
+    outcomes = p.process_batch(game, [start(game, 1), bad, fire(game, 2, 2)])
+    assert [o.status for o in outcomes] == ["completed", "abandoned", "completed"]
+    assert "message id 'shot/with#bad?chars' cannot be stored" in (outcomes[1].reason or "")
+    assert p.load_state(game, "x").version == 2
+    with pytest.raises(ValueError, match="partition key"):
+        p.process_batch("bad/key", [Message("m", "bad/key", "FireAt", {"position": 1})])
