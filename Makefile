@@ -22,7 +22,7 @@ $(NODE_MODULES): azurite/package.json azurite/package-lock.json
 	touch $@
 
 demo: setup
-	$(PY) -m azurite.launcher -- $(PY) examples/stream_walkthrough.py
+	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo
 
 lint: setup
 	$(PY) -m ruff check .

@@ -26,7 +26,7 @@ from ._errors import (
     StreamstoneError,
 )
 from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
-from ._partition import Partition
+from ._partition import Partition, check_key
 from ._retry import RetryPolicy
 from ._shard import Shard
 from ._stream import Stream
@@ -49,6 +49,7 @@ __all__ = [
     "StreamstoneError",
     "TableConfig",
     "WriteResult",
+    "check_key",
     "join_binary",
     "split_binary",
 ]

@@ -1,0 +1,39 @@
+"""spark_driver: the handlers runtime as a PySpark pipeline, batch and streaming.
+
+    >>> from spark_driver import JobSettings, run_batch, session
+    >>> spark = session("local[2]")                                        # doctest: +SKIP
+    >>> summary = run_batch(spark, "in/", "out/",
+    ...                     JobSettings(table="games", handler="shooting_range"))  # doctest: +SKIP
+    >>> print(summary.table())                                              # doctest: +SKIP
+
+Executors build their table client from their own environment
+(``STREAMSTONE_CONNECTION_STRING``, or ``STREAMSTONE_ACCOUNT_URL`` with a SAS
+token or a managed identity); see :class:`JobSettings`.
+"""
+
+from ._job import (
+    INPUT_SCHEMA,
+    JobResult,
+    Summary,
+    process_messages,
+    read_messages,
+    run_batch,
+    session,
+    write_result,
+)
+from ._settings import JobSettings, resolve_handler
+from ._stream import run_stream
+
+__all__ = [
+    "INPUT_SCHEMA",
+    "JobResult",
+    "JobSettings",
+    "Summary",
+    "process_messages",
+    "read_messages",
+    "resolve_handler",
+    "run_batch",
+    "run_stream",
+    "session",
+    "write_result",
+]

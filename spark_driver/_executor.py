@@ -1,0 +1,144 @@
+"""The code that runs on executors: one table client per Python worker, and a
+partition's messages handed key by key to the handlers runtime."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from azure.data.tables import TableClient
+
+from handlers import InMemoryPublisher, Message, Outcome, Processor
+from streamstone_py import TableConfig, check_key
+
+from ._settings import JobSettings, resolve_handler
+
+__all__ = ["OUTCOME", "OUTPUT", "process_partition"]
+
+OUTPUT = "output"
+OUTCOME = "outcome"
+
+_lock = threading.Lock()
+_clients: dict[str, TableClient] = {}
+
+
+def table_client(table: str) -> TableClient:
+    """This worker's client for ``table``, made once from the worker's environment."""
+    with _lock:
+        client = _clients.get(table)
+        if client is None:
+            client = TableConfig.from_env(table_name=table).table_client()
+            _clients[table] = client
+        return client
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"$base64": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def body_json(body: Any) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _parse(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
+    """A message from an input row, or the reason it is dead-lettered."""
+    message_id, key, type_, body = row["message_id"], row["key"], row["type"], row["body"]
+    if not message_id:
+        return None, "missing message_id"
+    if not key:
+        return None, "missing key"
+    if not type_:
+        return None, "missing type"
+    if not handler_accepts(type_):
+        return None, f"unknown type {type_!r}"
+    try:
+        check_key("key", key)
+        if "|" in key:
+            raise ValueError(f"key {key!r} contains the virtual-partition separator '|'")
+    except (ValueError, TypeError) as exc:
+        return None, f"key cannot be stored: {exc}"
+    if body is None:
+        parsed: Any = None
+    elif isinstance(body, bytes | bytearray):
+        parsed = bytes(body)
+    else:
+        try:
+            parsed = json.loads(body)
+        except (ValueError, TypeError) as exc:
+            return None, f"unparseable body: {exc}"
+    try:
+        return Message(message_id, key, type_, parsed), None
+    except (ValueError, TypeError) as exc:
+        return None, f"invalid message: {exc}"
+
+
+def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
+                 version: int | None, reason: str | None) -> tuple[Any, ...]:  # fmt: skip
+    return (OUTCOME, message_id, key, type_, status, version, reason, None, None)
+
+
+def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
+    for out in outcome.outputs:
+        yield (
+            OUTPUT,
+            out.id,
+            out.key,
+            out.type,
+            None,
+            None,
+            None,
+            body_json(out.body),
+            outcome.message_id,
+        )
+
+
+def process_partition(
+    rows: Iterable[Any], settings: JobSettings, counters: Any
+) -> Iterator[tuple[Any, ...]]:
+    """Rows arrive grouped by key and ordered within each key."""
+    handler = resolve_handler(settings.handler)
+    processor = Processor(
+        handler,
+        table_client(settings.table),
+        InMemoryPublisher(),  # the outputs DataFrame is the publication
+        strategy=settings.strategy,
+        max_attempts=settings.max_attempts,
+    )
+    for key, group in itertools.groupby(rows, key=lambda r: r["key"]):
+        messages: list[Message] = []
+        for row in group:
+            counters.messages_in.add(1)
+            message, reason = _parse(row, handler.accepts)
+            if message is None:
+                counters.dead_lettered.add(1)
+                yield _outcome_row(
+                    row["message_id"], row["key"], row["type"], "dead_lettered", None, reason
+                )
+            else:
+                messages.append(message)
+        for start in range(0, len(messages), settings.batch_size):
+            conflicts_before = processor.stats.conflicts_retried
+            outcomes = processor.process_batch(key, messages[start : start + settings.batch_size])
+            counters.conflicts_retried.add(processor.stats.conflicts_retried - conflicts_before)
+            for outcome in outcomes:
+                if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
+                    raise RuntimeError(
+                        f"message {outcome.message_id!r} of key {key!r} "
+                        f"{outcome.status}: {outcome.reason}"
+                    )
+                counters.add(outcome)
+                yield from _output_rows(outcome)
+                yield _outcome_row(
+                    outcome.message_id,
+                    key,
+                    outcome.message.type,
+                    outcome.status,
+                    outcome.version,
+                    outcome.reason,
+                )

@@ -1,0 +1,47 @@
+"""What the driver sends to executors: names and choices, never secrets."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from handlers import Handler
+
+__all__ = ["JobSettings", "resolve_handler"]
+
+#: Short names of the handlers that ship with the project.
+BUILTIN_HANDLERS = {
+    "shooting_range": "handlers.examples:shooting_range",
+    "leader_board": "handlers.examples:leader_board",
+}
+
+
+def resolve_handler(spec: str) -> Handler[Any]:
+    """A handler from a short name or ``package.module:attribute``."""
+    target = BUILTIN_HANDLERS.get(spec, spec)
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(
+            f"handler {spec!r} is neither a built-in ({', '.join(BUILTIN_HANDLERS)}) "
+            "nor 'package.module:attribute'"
+        )
+    found = getattr(importlib.import_module(module_name), attribute, None)
+    if not isinstance(found, Handler):
+        raise ValueError(f"{target!r} is not a handlers.Handler")
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    """Pickled into every task. Credentials are not in it: each executor reads
+    them from its own environment (``STREAMSTONE_CONNECTION_STRING``, or
+    ``STREAMSTONE_ACCOUNT_URL`` with ``STREAMSTONE_SAS_TOKEN`` or a managed
+    identity), so no secret travels in a closure, a plan or a log."""
+
+    table: str
+    handler: str
+    strategy: Literal["state", "outbox"] = "state"
+    fail_fast: bool = False
+    batch_size: int = 500
+    max_attempts: int = 10

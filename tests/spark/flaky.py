@@ -1,0 +1,42 @@
+"""Handlers that fail the way Spark tasks fail, for the pipeline tests.
+
+The exceptions derive from BaseException, so the handlers runtime cannot turn
+them into an outcome: they fail the Spark task, as a lost executor would.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pyspark import TaskContext
+
+from handlers import HandlerContext, Message, handler
+from handlers.examples import ShootingRange, shooting_range
+
+
+class TaskDied(BaseException):
+    """The task's Python worker died here."""
+
+
+@handler("ShootingRange", ShootingRange, types=["StartNewRound", "FireAt"])
+def first_attempt_dies(state: ShootingRange, message: Message, ctx: HandlerContext) -> Any:
+    """Dies in the first attempt of every task, halfway through its keys."""
+    task = TaskContext.get()
+    if task is not None and task.attemptNumber() == 0 and message.id.endswith("-shot-5"):
+        raise TaskDied(f"attempt 0 of task {task.partitionId()} dies at {message.id}")
+    return shooting_range.handle(state, message, ctx)
+
+
+def die_marker(message_id: str) -> Path:
+    """While this file exists, every attempt dies at ``message_id`` (workers share the disk)."""
+    return Path(tempfile.gettempdir()) / f"streamstone-test-die-at-{message_id}"
+
+
+@handler("ShootingRange", ShootingRange, types=["StartNewRound", "FireAt"])
+def job_dies(state: ShootingRange, message: Message, ctx: HandlerContext) -> Any:
+    """Dies in every attempt once it reaches the marked message: the whole job fails."""
+    if die_marker(message.id).exists():
+        raise TaskDied(f"the job dies at {message.id}")
+    return shooting_range.handle(state, message, ctx)

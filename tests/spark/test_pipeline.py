@@ -1,0 +1,263 @@
+"""The Spark pipeline against Azurite: whatever Spark repeats, the effect is once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from azure.core.exceptions import ResourceExistsError
+from azure.data.tables import TableClient
+from pyspark.sql import SparkSession
+
+from handlers import InMemoryPublisher, Processor
+from handlers.examples import shooting_range
+from spark_driver import JobSettings, read_messages, run_batch, run_stream
+from spark_driver._executor import process_partition
+from spark_driver._job import Counters
+from tests.spark.conftest import game_messages, write_jsonl
+from tests.spark.flaky import die_marker
+
+GAMES, SHOTS = 12, 9
+
+
+def client(table: str) -> TableClient:
+    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
+    service_table = TableClient.from_connection_string(connection_string, table)
+    with contextlib.suppress(ResourceExistsError):
+        service_table.create_table()
+    return service_table
+
+
+def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.read.parquet(f"{path}/outputs").collect())
+
+
+def outcomes(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.read.parquet(f"{path}/outcomes").collect())
+
+
+def states(table: str, keys: list[str]) -> dict[str, Any]:
+    processor = Processor(shooting_range, client(table), InMemoryPublisher())
+    loaded = {key: processor.load_state(key, "-") for key in keys}
+    return {key: (s.version, s.state) for key, s in loaded.items()}
+
+
+def clean_run(spark: SparkSession, tmp: Path, table: str, rows: list[dict[str, Any]]) -> list[Any]:
+    """The reference: every message once, in order, nothing repeated."""
+    client(table)
+    path = write_jsonl(tmp / "clean.jsonl", rows)
+    run_batch(
+        spark,
+        path,
+        str(tmp / "clean"),
+        JobSettings(table=table, handler="shooting_range"),
+        partitions=3,
+    )
+    return outputs(spark, str(tmp / "clean"))
+
+
+def keys_of(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({r["key"] for r in rows})
+
+
+def arrange(
+    spark: SparkSession, tmp: Path, table: str
+) -> tuple[list[dict[str, Any]], list[Any], str]:
+    """The games' messages, the clean run's outputs (in table ``{table}c``), and the input file."""
+    rows = game_messages(GAMES, SHOTS)
+    expected = clean_run(spark, tmp, table + "c", rows)
+    client(table)
+    return rows, expected, write_jsonl(tmp / "in.jsonl", rows)
+
+
+def assert_as_clean(
+    spark: SparkSession, out: str, table: str, rows: list[Any], expected: list[Any]
+) -> None:
+    assert outputs(spark, out) == expected
+    assert states(table, keys_of(rows)) == states(table + "c", keys_of(rows))
+
+
+def test_duplicated_input_changes_each_message_once(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    rows = game_messages(GAMES, SHOTS)
+    expected = clean_run(spark, tmp_path, table_name + "c", rows)
+    rng = random.Random(7)
+    noisy = [copy for row in rows for copy in [row] * rng.randint(2, 5)]
+    rng.shuffle(noisy)
+    # Two input files, so copies also arrive in different input partitions.
+    write_jsonl(tmp_path / "in" / "a.jsonl", noisy[: len(noisy) // 2])
+    write_jsonl(tmp_path / "in" / "b.jsonl", noisy[len(noisy) // 2 :])
+    client(table_name)
+    order = {r["message_id"]: i for i, r in enumerate(rows)}
+    ordered = tmp_path / "ordered"
+    frame = read_messages(spark, str(tmp_path / "in"), "json")
+    mapping = spark.createDataFrame(list(order.items()), ["message_id", "seq"])
+    frame.join(mapping, "message_id").write.parquet(str(ordered))
+    settings = JobSettings(table=table_name, handler="shooting_range")
+    summary = run_batch(
+        spark, str(ordered), str(tmp_path / "out"), settings,
+        input_format="parquet", partitions=4, order_by="seq",
+    )  # fmt: skip
+
+    assert summary.messages_in == len(noisy)
+    assert summary.processed == len(rows)
+    assert summary.duplicates == len(noisy) - len(rows)
+    assert outputs(spark, str(tmp_path / "out")) == expected
+    assert states(table_name, keys_of(rows)) == states(table_name + "c", keys_of(rows))
+
+
+def test_failed_task_attempts_are_retried_to_the_same_result(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    rows, expected, path = arrange(spark, tmp_path, table_name)
+    settings = JobSettings(table=table_name, handler="tests.spark.flaky:first_attempt_dies")
+
+    summary = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
+
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+    # Retried tasks found their first attempt's work stored: duplicates, not changes.
+    statuses = {r[3] for r in outcomes(spark, str(tmp_path / "out"))}
+    assert statuses <= {"completed", "duplicate"}
+    assert summary.messages_in >= len(rows)
+
+
+def test_speculative_copies_of_a_task_give_the_same_result(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    # Local mode never speculates, so run what a speculative attempt is: the
+    # same task body twice at once on the two cores, over the same rows.
+    rows = sorted(game_messages(GAMES, SHOTS), key=lambda r: r["key"])
+    expected = clean_run(spark, tmp_path, table_name + "c", rows)
+    client(table_name)
+    settings = JobSettings(table=table_name, handler="shooting_range")
+    counters = Counters(spark)
+    twins = spark.sparkContext.parallelize([rows, rows], 2)
+    results = twins.flatMap(
+        lambda part: list(process_partition(part, settings, counters))
+    ).collect()
+
+    produced = sorted({(r[1], r[2], r[3], r[7], r[8]) for r in results if r[0] == "output"})
+    assert produced == expected
+    statuses = sorted(r[4] for r in results if r[0] == "outcome")
+    assert statuses.count("completed") == len(rows)
+    assert statuses.count("duplicate") == len(rows)
+    assert states(table_name, keys_of(rows)) == states(table_name + "c", keys_of(rows))
+
+
+def test_a_job_killed_midway_and_rerun_gives_the_same_result(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    rows, expected, path = arrange(spark, tmp_path, table_name)
+    marker = die_marker(f"game-{GAMES // 2:03d}-shot-4")
+    marker.touch()
+    try:
+        dying = JobSettings(table=table_name, handler="tests.spark.flaky:job_dies")
+        with pytest.raises(Exception, match="TaskDied"):
+            run_batch(spark, path, str(tmp_path / "out"), dying, partitions=3)
+    finally:
+        marker.unlink()
+    assert not (tmp_path / "out" / "outputs").exists()  # the commit protocol left nothing
+
+    settings = JobSettings(table=table_name, handler="shooting_range")
+    run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
+
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+
+
+def test_a_rerun_of_the_whole_job_writes_the_same_outputs(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    rows = game_messages(GAMES, SHOTS)
+    client(table_name)
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    settings = JobSettings(table=table_name, handler="shooting_range")
+    first = run_batch(spark, path, str(tmp_path / "one"), settings, partitions=3)
+    second = run_batch(
+        spark, path, str(tmp_path / "two"), settings, partitions=3, output_format="parquet"
+    )
+    assert (first.processed, second.processed, second.duplicates) == (len(rows), 0, len(rows))
+    assert outputs(spark, str(tmp_path / "one")) == outputs(spark, str(tmp_path / "two"))
+
+
+def test_bad_rows_are_dead_lettered_and_the_rest_processed(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    good = game_messages(3, 4)
+    bad = [
+        {"message_id": None, "key": "game-000", "type": "FireAt", "body": "{}"},
+        {"message_id": "no-key", "key": None, "type": "FireAt", "body": "{}"},
+        {"message_id": "alien", "key": "game-001", "type": "Teleport", "body": "{}"},
+        {"message_id": "garbled", "key": "game-002", "type": "FireAt", "body": "{not json"},
+        {"message_id": "slashed", "key": "bad/key#1", "type": "FireAt", "body": "{}"},
+        {"message_id": "piped", "key": "other|stream", "type": "FireAt", "body": "{}"},
+    ]
+    client(table_name)
+    rows = good[:5] + bad + good[5:]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    summary = run_batch(
+        spark,
+        path,
+        str(tmp_path / "out"),
+        JobSettings(table=table_name, handler="shooting_range"),
+        partitions=2,
+    )
+
+    letters = {
+        r["message_id"]: r["reason"]
+        for r in spark.read.parquet(str(tmp_path / "out" / "dead_letters")).collect()
+    }
+    assert letters == {
+        None: "missing message_id",
+        "no-key": "missing key",
+        "alien": "unknown type 'Teleport'",
+        "garbled": letters["garbled"],
+        "slashed": letters["slashed"],
+        "piped": letters["piped"],
+    }
+    assert letters["garbled"].startswith("unparseable body")
+    assert "key cannot be stored" in letters["slashed"]
+    assert "'/'" in letters["slashed"]
+    assert "separator" in letters["piped"]
+    assert summary.dead_lettered == len(bad)
+    assert summary.processed == len(good)
+    versions = {key: version for key, (version, _) in states(table_name, keys_of(good)).items()}
+    assert versions == dict.fromkeys(keys_of(good), 1 + 4)
+
+
+def test_streaming_replay_of_the_last_batch_gives_the_same_files(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    rows = game_messages(6, 6)
+    client(table_name)
+    inbox = tmp_path / "inbox"
+    for n in range(3):
+        write_jsonl(inbox / f"part-{n}.jsonl", rows[n::3])
+    settings = JobSettings(table=table_name, handler="shooting_range")
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    first = run_stream(
+        spark, str(inbox), out, checkpoint, settings, partitions=2, max_files_per_trigger=1
+    )
+    assert [batch for batch, _ in first] == [0, 1, 2]
+    before = {p.name: outputs(spark, str(p)) for p in sorted(Path(out).iterdir())}
+    state_before = states(table_name, keys_of(rows))
+
+    # The last batch's commit was never logged (a crash right after it ran): it replays.
+    commits = Path(checkpoint) / "commits"
+    for entry in (commits / "2", commits / ".2.crc"):
+        entry.unlink(missing_ok=True)
+    replay = run_stream(
+        spark, str(inbox), out, checkpoint, settings, partitions=2, max_files_per_trigger=1
+    )
+
+    assert [batch for batch, _ in replay] == [2]
+    assert replay[0][1].processed == 0
+    assert replay[0][1].duplicates == first[2][1].processed
+    assert {p.name: outputs(spark, str(p)) for p in sorted(Path(out).iterdir())} == before
+    assert sorted(p.name for p in Path(out).iterdir()) == ["batch=0", "batch=1", "batch=2"]
+    assert states(table_name, keys_of(rows)) == state_before
