@@ -68,9 +68,14 @@ _ORDER = "_order"
 
 
 def session(master: str = "local[2]", app: str = "streamstone-py", **conf: str) -> SparkSession:
-    """A Spark session whose Python workers run this interpreter (and so this venv)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    """A Spark session; in local mode its Python workers run this interpreter (this venv).
+
+    On a cluster the executors' Python is the cluster's to set (PYSPARK_PYTHON
+    or spark.pyspark.python): a driver's local path would not exist there.
+    """
+    if master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app)
     defaults = {
         "spark.ui.enabled": "false",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +263,33 @@ def test_streaming_replay_of_the_last_batch_gives_the_same_files(
     assert {p.name: outputs(spark, str(p)) for p in sorted(Path(out).iterdir())} == before
     assert sorted(p.name for p in Path(out).iterdir()) == ["batch=0", "batch=1", "batch=2"]
     assert states(table_name, keys_of(rows)) == state_before
+
+
+REUSE_OFF_JOB = """
+import json, os, sys, tempfile
+from spark_driver import JobSettings, run_batch, session
+work = tempfile.mkdtemp()
+with open(f"{work}/in.jsonl", "w") as out:
+    for g in range(4):
+        for n in range(5):
+            row = {"message_id": f"g{g}-m{n}", "key": f"g{g}", "type": "FireAt",
+                   "body": json.dumps({"position": n})}
+            out.write(json.dumps(row) + "\\n")
+spark = session("local[2]", **{"spark.python.worker.reuse": "false"})
+assert spark.conf.get("spark.python.worker.reuse") == "false"
+settings = JobSettings(table=sys.argv[1], handler="shooting_range")
+summary = run_batch(spark, f"{work}/in.jsonl", f"{work}/out", settings, partitions=4)
+print(summary.processed, summary.duplicates, summary.outputs)
+spark.stop()
+"""
+
+
+def test_works_with_python_worker_reuse_off(spark: SparkSession, table_name: str) -> None:
+    # Another JVM, started in a subprocess with the environment the shared session set up.
+    client(table_name)
+    done = subprocess.run(
+        [sys.executable, "-c", REUSE_OFF_JOB, table_name],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["20", "0", "20"]
