@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ._settings import BUILTIN_HANDLERS
@@ -22,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--input-format", choices=["json", "parquet"], default="json")
     run.add_argument("--output-format", choices=["parquet", "json"], default="parquet")
     run.add_argument("--table", default="handlerstate", help="table of the handler's state")
+    run.add_argument(
+        "--account-url",
+        help="storage account URL (sets STREAMSTONE_ACCOUNT_URL; secrets only ever from the "
+        "environment)",
+    )
     builtins = ", ".join(BUILTIN_HANDLERS)
     run.add_argument("--handler", default="shooting_range",
                      help=f"{builtins}, or package.module:attribute")  # fmt: skip
@@ -48,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--partitions must be >= 1, got {args.partitions}")
     try:
         resolve_handler(args.handler)
-    except (ValueError, ImportError) as exc:
+    except ValueError as exc:
         parser.error(str(exc))
+    if args.account_url:
+        os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     settings = JobSettings(
         table=args.table, handler=args.handler, strategy=args.strategy, fail_fast=args.fail_fast
     )

@@ -26,7 +26,11 @@ def resolve_handler(spec: str) -> Handler[Any]:
             f"handler {spec!r} is neither a built-in ({', '.join(BUILTIN_HANDLERS)}) "
             "nor 'package.module:attribute'"
         )
-    found = getattr(importlib.import_module(module_name), attribute, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"handler {spec!r}: cannot import {module_name!r} ({exc})") from None
+    found = getattr(module, attribute, None)
     if not isinstance(found, Handler):
         raise ValueError(f"{target!r} is not a handlers.Handler")
     return found

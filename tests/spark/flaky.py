@@ -40,3 +40,11 @@ def job_dies(state: ShootingRange, message: Message, ctx: HandlerContext) -> Any
     if die_marker(message.id).exists():
         raise TaskDied(f"the job dies at {message.id}")
     return shooting_range.handle(state, message, ctx)
+
+
+@handler("ShootingRange", ShootingRange, types=["StartNewRound", "FireAt"])
+def refuses_far_shots(state: ShootingRange, message: Message, ctx: HandlerContext) -> Any:
+    """An ordinary handler error: position 99 is refused."""
+    if (message.body or {}).get("position") == 99:
+        raise ValueError("position 99 is out of range")
+    return shooting_range.handle(state, message, ctx)

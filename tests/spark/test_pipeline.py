@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -293,3 +295,59 @@ def test_works_with_python_worker_reuse_off(spark: SparkSession, table_name: str
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["20", "0", "20"]
+
+
+def test_handler_errors_abandon_the_key_or_fail_the_job(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    client(table_name)
+    rows = [
+        {
+            "message_id": f"k1-{n}",
+            "key": "k1",
+            "type": "FireAt",
+            "body": json.dumps({"position": p}),
+        }
+        for n, p in enumerate([1, 99, 2])
+    ] + [{"message_id": "k2-0", "key": "k2", "type": "FireAt", "body": json.dumps({"position": 5})}]
+    path = write_jsonl(tmp_path / "in.jsonl", rows)
+    handler = "tests.spark.flaky:refuses_far_shots"
+
+    summary = run_batch(
+        spark, path, str(tmp_path / "out"), JobSettings(table=table_name, handler=handler)
+    )
+
+    result = {r[0]: (r[3], r[5]) for r in outcomes(spark, str(tmp_path / "out"))}
+    assert result["k1-0"] == ("completed", None)
+    assert result["k1-1"][0] == "abandoned"
+    assert "ValueError: position 99 is out of range" in result["k1-1"][1]
+    assert result["k1-2"][0] == "abandoned"  # the key's later messages wait for redelivery
+    assert result["k2-0"] == ("completed", None)
+    assert (summary.processed, summary.abandoned) == (2, 2)
+
+    strict = JobSettings(table=table_name + "x", handler=handler, fail_fast=True)
+    client(table_name + "x")
+    with pytest.raises(Exception, match="position 99 is out of range"):
+        run_batch(spark, path, str(tmp_path / "strict"), strict)
+
+
+def test_the_command_line_runs_a_batch(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    client(table_name)
+    path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 3))
+    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
+               "--output", str(tmp_path / "out"), "--output-format", "json",
+               "--table", table_name, "--partitions", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
+    written = spark.read.json(str(tmp_path / "out" / "outputs")).count()
+    assert written == 6
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_driver", "run", "--input", path, "--output", "x",
+         "--handler", "no.such:thing"], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "no.such" in refused.stderr
