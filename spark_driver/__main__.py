@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -38,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--master", default="local[2]")
     run.add_argument("--stream", action="store_true", help="treat --input as a directory stream")
     run.add_argument("--checkpoint", help="checkpoint directory (streaming)")
+    run.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="Python logging level on the driver (the Azure SDK logs requests at DEBUG)",
+    )
+    run.add_argument("--explain", action="store_true", help="print the Spark plan of the outputs")
     commands.add_parser("demo", help="the ShootingRange demo: twice over the same input")
     args = parser.parse_args(argv)
 
@@ -56,10 +64,19 @@ def main(argv: list[str] | None = None) -> int:
         resolve_handler(args.handler)
     except ValueError as exc:
         parser.error(str(exc))
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     settings = JobSettings(
-        table=args.table, handler=args.handler, strategy=args.strategy, fail_fast=args.fail_fast
+        table=args.table,
+        handler=args.handler,
+        strategy=args.strategy,
+        fail_fast=args.fail_fast,
+        log_level=args.log_level,
     )
     spark = session(args.master)
     try:
@@ -76,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_batch(
                 spark, args.input, args.output, settings,
                 input_format=args.input_format, output_format=args.output_format,
-                partitions=args.partitions, order_by=args.order_by,
+                partitions=args.partitions, order_by=args.order_by, explain=args.explain,
             )  # fmt: skip
             print(summary.table())
     finally:

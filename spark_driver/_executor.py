@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import logging
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -19,6 +21,7 @@ from ._settings import JobSettings, resolve_handler
 
 __all__ = ["OUTCOME", "OUTPUT", "process_partition"]
 
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 OUTPUT = "output"
 OUTCOME = "outcome"
 
@@ -102,6 +105,9 @@ def process_partition(
     rows: Iterable[Any], settings: JobSettings, counters: Any
 ) -> Iterator[tuple[Any, ...]]:
     """Rows arrive grouped by key and ordered within each key."""
+    if settings.log_level:
+        # A worker's stderr reaches the executor's log (the console in local mode).
+        logging.basicConfig(level=settings.log_level, stream=sys.stderr, format=LOG_FORMAT)
     handler = resolve_handler(settings.handler)
     processor = Processor(
         handler,

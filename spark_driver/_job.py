@@ -241,9 +241,12 @@ def run_batch(
     output_format: str = "parquet",
     partitions: int = 8,
     order_by: str | None = None,
+    explain: bool = False,
 ) -> Summary:
     """Read, process and write one batch of messages; return the summary."""
     frame = read_messages(spark, input_path, input_format)
     result = process_messages(frame, settings, partitions, order_by)
+    if explain:
+        result.outputs.explain(extended=True)
     write_result(result, output, output_format)
     return result.summary()

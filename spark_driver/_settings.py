@@ -49,3 +49,5 @@ class JobSettings:
     fail_fast: bool = False
     batch_size: int = 500
     max_attempts: int = 10
+    #: Python logging level in the workers (the Azure SDK logs requests at DEBUG).
+    log_level: str | None = None

@@ -351,3 +351,25 @@ def test_the_command_line_runs_a_batch(
     )  # fmt: skip
     assert refused.returncode == 2
     assert "no.such" in refused.stderr
+
+
+def test_no_secret_in_logs_plans_or_outputs_of_a_full_run(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    account_key = os.environ["STREAMSTONE_CONNECTION_STRING"].split("AccountKey=")[1].split(";")[0]
+    client(table_name)
+    path = write_jsonl(tmp_path / "in.jsonl", game_messages(3, 4))
+    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
+               "--output", str(tmp_path / "out"), "--output-format", "json", "--table", table_name,
+               "--partitions", "2", "--log-level", "DEBUG", "--explain"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    captured = done.stdout + done.stderr
+    assert (
+        "azure.core.pipeline.policies.http_logging_policy" in captured
+    )  # the SDK did log requests
+    assert "== Physical Plan ==" in captured  # and Spark printed its plan
+    assert account_key not in captured
+    written = "".join(p.read_text() for p in (tmp_path / "out").rglob("*.json"))
+    assert written
+    assert account_key not in written
