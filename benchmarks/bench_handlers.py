@@ -26,9 +26,8 @@ from _common import CountingTransport, account, check, emit, log, machine, timed
 from azure.data.tables import TableClient, TableServiceClient
 
 from handlers import InMemoryPublisher, Message, Processor
-from handlers._store import StoredVersion
 from handlers.examples import shooting_range
-from streamstone_py import Stream
+from tests.test_handlers_oracle import replay_load  # the seed's LoadState, the tests' oracle
 
 
 def messages_for(key: str, count: int, tag: str = "") -> list[Message]:
@@ -38,23 +37,6 @@ def messages_for(key: str, count: int, tag: str = "") -> list[Message]:
         for n in range(1, count)
     ]
     return out
-
-
-def replay_load(p: Processor[Any], key: str, message_id: str) -> tuple[Any, int, bool]:
-    """The seed's LoadState: replay the stream until the message's own version."""
-    state = p.handler.encode_state(p.handler.initial_state())
-    version, start = 0, 1
-    partition = p.store.partition(key)
-    while True:
-        page = Stream.read(partition, start_version=start, slice_size=1000)
-        for event in page.events:
-            if event.id == message_id:
-                return p.handler.decode_state(state), version, True
-            state = StoredVersion.from_event(event).state
-            version = event.version
-        if page.is_end_of_stream:
-            return p.handler.decode_state(state), version, False
-        start = page.events[-1].version + 1
 
 
 def median_ms(fn: Any, repeats: int) -> list[float]:

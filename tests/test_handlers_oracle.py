@@ -20,7 +20,7 @@ def replay_load(p: Processor[Any], key: str, message_id: str) -> tuple[Any, int,
     partition = p.store.partition(key)
     start = 1
     while True:
-        page = Stream.read(partition, start_version=start, slice_size=50)
+        page = Stream.read(partition, start_version=start, slice_size=1000)
         for event in page.events:
             if event.id == message_id:
                 return p.handler.decode_state(state), version, True
