@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from streamstone_py import Partition, Stream, aio
+from streamstone_py import EventData, Partition, Stream, aio
 from streamstone_py._values import from_table
 
 T = TypeVar("T")
@@ -80,3 +80,9 @@ def snapshot(partition: Partition) -> dict[str, tuple[dict[str, Any], str]]:
         "PartitionKey eq @pk", parameters={"pk": partition.partition_key}
     )
     return {e["RowKey"]: (dict(e), e.metadata["etag"]) for e in found}
+
+
+def write_events(partition: Partition, count: int) -> Stream:
+    """A new stream of ``count`` events with ids e1... and a property N = version."""
+    events = [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, count + 1)]
+    return S.write(Stream(partition), *events).stream  # type: ignore[no-any-return]

@@ -39,6 +39,20 @@ def processor(
     return Processor(h, table, publisher or InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
 
 
+def count_store_calls(p: Processor[Any]) -> list[str]:
+    """Record, in order, the name of every storage call the processor makes from now on."""
+    calls: list[str] = []
+    for name in ("open", "find", "read", "write", "mark_dispatched", "outbox"):
+        original = getattr(p.store, name)
+
+        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            calls.append(_name)
+            return _original(*args)
+
+        setattr(p.store, name, counted)
+    return calls
+
+
 def target_of(p: Processor[Any], game: str) -> int:
     return int(p.load_state(game, "none").state.target_position)
 
@@ -196,15 +210,7 @@ def test_batch_gives_the_same_states_and_outputs_as_one_by_one(
 
 def test_batch_costs_one_read_and_one_write(table: TableClient, strategy: str, game: str) -> None:
     p = processor(table, strategy)
-    calls: list[str] = []
-    for name in ("open", "find", "read", "write", "mark_dispatched", "outbox"):
-        original = getattr(p.store, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
-            calls.append(_name)
-            return _original(*args)
-
-        setattr(p.store, name, counted)
+    calls = count_store_calls(p)
     p.process_batch(game, [start(game, 1)] + [fire(game, n, n) for n in range(1, 20)])
     expected = ["open", "write"] + (["mark_dispatched"] if strategy == "outbox" else [])
     assert calls == expected
@@ -326,15 +332,7 @@ def test_a_message_that_changes_nothing_is_still_recorded(
 def test_load_state_makes_at_most_two_storage_calls(table: TableClient, game: str) -> None:
     p = processor(table, "state")
     p.process_batch(game, [start(game, 1)] + [fire(game, n, n) for n in range(1, 300)])
-    calls: list[str] = []
-    for name in ("open", "find", "read"):
-        original = getattr(p.store, name)
-
-        def counted(*args: Any, _name: str = name, _original: Any = original) -> Any:
-            calls.append(_name)
-            return _original(*args)
-
-        setattr(p.store, name, counted)
+    calls = count_store_calls(p)
     for message_id in ("never-seen", f"{game}-fire-1", f"{game}-fire-150", f"{game}-fire-299"):
         calls.clear()
         loaded = p.load_state(game, message_id)

@@ -16,12 +16,7 @@ from streamstone_py import (
     _operations,
 )
 from streamstone_py._protocol import Parallel, _execute
-from tests.helpers import S
-
-
-def _write(partition: Partition, count: int) -> Stream:
-    events = [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, count + 1)]
-    return S.write(Stream(partition), *events).stream
+from tests.helpers import S, write_events
 
 
 @pytest.mark.parametrize(("start", "size"), [(0, 10), (-5, 10), (1, 0), (1, -1)])
@@ -47,7 +42,7 @@ def test_empty_stream(partition: Partition) -> None:
 
 
 def test_start_past_the_end(partition: Partition) -> None:
-    stream = _write(partition, 3)
+    stream = write_events(partition, 3)
 
     result = S.read(partition, start_version=10)
 
@@ -57,7 +52,7 @@ def test_start_past_the_end(partition: Partition) -> None:
 
 
 def test_all_events_in_one_slice_in_version_order_with_ids(partition: Partition) -> None:
-    stream = _write(partition, 5)
+    stream = write_events(partition, 5)
 
     result = S.read(partition)
 
@@ -67,7 +62,7 @@ def test_all_events_in_one_slice_in_version_order_with_ids(partition: Partition)
 
 
 def test_paging_with_slice_size_one_to_the_end(partition: Partition) -> None:
-    _write(partition, 4)
+    write_events(partition, 4)
     seen: list[RecordedEvent] = []
     start = 1
     slices = 0
@@ -129,7 +124,7 @@ def _read_with_a_write_between(
 
 def test_events_committed_between_query_and_header_are_fetched(table: Any) -> None:
     partition = Partition(table, "race-" + uuid.uuid4().hex)
-    _write(partition, 3)
+    write_events(partition, 3)
 
     page = _read_with_a_write_between(partition, query_first=True, start_version=2, slice_size=10)
 
@@ -139,7 +134,7 @@ def test_events_committed_between_query_and_header_are_fetched(table: Any) -> No
 
 def test_events_past_the_header_read_are_left_out(table: Any) -> None:
     partition = Partition(table, "race-" + uuid.uuid4().hex)
-    _write(partition, 3)
+    write_events(partition, 3)
 
     page = _read_with_a_write_between(partition, query_first=False, start_version=2, slice_size=10)
 

@@ -19,12 +19,7 @@ from streamstone_py import (
     _maintenance,
 )
 from streamstone_py._protocol import Done, _execute, advance
-from tests.helpers import S, raw, rows
-
-
-def _write(partition: Partition, count: int) -> Stream:
-    events = [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, count + 1)]
-    return S.write(Stream(partition), *events).stream
+from tests.helpers import S, raw, rows, write_events
 
 
 def crash_after(table: TableClient, steps: Any, requests: int) -> None:
@@ -40,7 +35,7 @@ def crash_after(table: TableClient, steps: Any, requests: int) -> None:
 
 
 def test_truncate_removes_old_events_and_their_ids(partition: Partition) -> None:
-    stream = _write(partition, 10)
+    stream = write_events(partition, 10)
 
     truncated = S.truncate(stream, 6, batch_size=3)
 
@@ -58,7 +53,7 @@ def test_truncate_removes_old_events_and_their_ids(partition: Partition) -> None
 
 
 def test_reading_a_truncated_range_says_so(partition: Partition) -> None:
-    S.truncate(_write(partition, 10), 6)
+    S.truncate(write_events(partition, 10), 6)
 
     old = S.read(partition, start_version=1, slice_size=3)
     whole = S.read(partition)
@@ -75,7 +70,7 @@ def test_reading_a_truncated_range_says_so(partition: Partition) -> None:
 
 
 def test_ids_below_the_cut_leave_the_duplicate_window(partition: Partition) -> None:
-    stream = S.truncate(_write(partition, 4), 3)
+    stream = S.truncate(write_events(partition, 4), 3)
 
     with pytest.raises(DuplicateEventError):
         S.write(stream, EventData(id="e3"))
@@ -87,7 +82,7 @@ def test_ids_below_the_cut_leave_the_duplicate_window(partition: Partition) -> N
 
 
 def test_truncate_with_a_stale_header_re_reads_and_keeps_new_events(partition: Partition) -> None:
-    stale = _write(partition, 4)
+    stale = write_events(partition, 4)
     newer = S.write(stale, EventData(id="e5")).stream
 
     truncated = S.truncate(stale, 3)
@@ -100,7 +95,7 @@ def test_truncate_with_a_stale_header_re_reads_and_keeps_new_events(partition: P
 
 
 def test_set_properties_and_writes_keep_the_cut(partition: Partition) -> None:
-    stream = S.truncate(_write(partition, 3), 2)
+    stream = S.truncate(write_events(partition, 3), 2)
     stream = S.set_properties(stream, {"Owner": "x"})
     stream = S.write(stream, EventData(id="e4")).stream
     assert rows(partition)["SS-HEAD"] == {"Version": 4, "SS_First": 2, "Owner": "x"}
@@ -108,7 +103,7 @@ def test_set_properties_and_writes_keep_the_cut(partition: Partition) -> None:
 
 
 def test_truncate_arguments(partition: Partition) -> None:
-    stream = _write(partition, 3)
+    stream = write_events(partition, 3)
     for bad in (0, 5):
         with pytest.raises(ValueError, match="before_version must be between 1 and 4"):
             S.truncate(stream, bad)
@@ -125,7 +120,7 @@ def test_truncate_arguments(partition: Partition) -> None:
 
 def test_interrupted_truncation_is_finished_by_calling_again(table: TableClient) -> None:
     partition = Partition(table, "trunc-crash")
-    stream = _write(partition, 12)
+    stream = write_events(partition, 12)
     # Header marked, then one query and one delete batch, then the process dies.
     crash_after(table, _maintenance.truncate(stream, 11, 4), requests=3)
     assert S.open(partition).first_version == 11
@@ -158,7 +153,7 @@ def test_delete_removes_the_stream_but_not_its_includes(partition: Partition) ->
 
 
 def test_delete_is_conditional_on_the_header(partition: Partition) -> None:
-    stale = _write(partition, 2)
+    stale = write_events(partition, 2)
     S.write(stale, EventData(id="e3"))
     before = rows(partition)
 
@@ -170,7 +165,7 @@ def test_delete_is_conditional_on_the_header(partition: Partition) -> None:
 
 def test_interrupted_delete_hides_the_stream_and_is_finished_later(table: TableClient) -> None:
     partition = Partition(table, "delete-crash")
-    stale = _write(partition, 30)
+    stale = write_events(partition, 30)
     # The tombstone, one query and one delete batch, then the process dies.
     crash_after(table, _maintenance.delete(stale, 10), requests=3)
 
@@ -192,8 +187,8 @@ def test_deleting_one_virtual_stream_leaves_its_neighbours(client: TableClient) 
     physical = "shared-" + uuid.uuid4().hex
     a = Partition(client, physical, "a")
     b = Partition(client, physical, "b")
-    stream_a = _write(a, 5)
-    _write(b, 5)
+    stream_a = write_events(a, 5)
+    write_events(b, 5)
     before_b = {k: v for k, v in rows(b).items() if k.startswith("b|")}
 
     S.truncate(stream_a, 4)
