@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -36,8 +36,22 @@ unit: setup
 
 test: lint typecheck unit
 
+# The chaos harness; e.g. `make chaos DURATION=600 THREADS=2 PROCESSES=2 SEED=7`.
+DURATION ?= 60
+THREADS ?= 2
+PROCESSES ?= 2
+SEED ?= 1
+RESTARTS ?= 2
+chaos: setup
+	$(PY) -m tests.chaos --duration $(DURATION) --threads $(THREADS) \
+		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS)
+
+# Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 bench: setup
-	$(PY) benchmarks/bench_stream.py
+	$(PY) benchmarks/run_all.py
+
+bench-quick: setup
+	$(PY) benchmarks/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) azurite/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -178,14 +178,16 @@ class AzuriteTable:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        # SIGINT is Azurite's graceful stop: it saves its on-disk database first.
+        # SIGTERM ends it at once, losing the writes since its last autosave.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+                os.killpg(process.pid, sig)
+            try:
+                process.wait(timeout=10)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
     def stop(self) -> None:
         """Stop the service; in-memory data is gone, on-disk data stays for a restart."""

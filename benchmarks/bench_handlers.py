@@ -9,7 +9,14 @@
   messages per second and storage round trips (HTTP requests, counted at the
   transport) per message, for ``process`` one by one, ``process_batch`` with
   20 messages per key, and the outbox strategy with the same batches
-  (target: ``process_batch`` at most 0.2 round trips per message).
+  (target: ``process_batch`` at most 0.2 round trips per message), beside a
+  naive handler that reads its state row, applies the message and writes the
+  row back, with no de-duplication at all (the cost of exactly-once).
+- ``handlers.scaling.keys``: ``process_batch`` throughput over the same
+  number of messages spread over 10, 100, 1,000 and 10,000 keys, beside 10 keys.
+- ``handlers.storage_bytes``: bytes stored per processed message (Azure's
+  entity-size formula over every row of the key's partition) at state sizes
+  from 100 B to 100 KB, beside the state size itself.
 
 Run: ``python benchmarks/bench_handlers.py [--quick]``.
 """
@@ -20,12 +27,14 @@ import argparse
 import statistics
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from _common import CountingTransport, account, check, emit, log, machine, timed
+from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 
-from handlers import InMemoryPublisher, Message, Processor
+from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
 from handlers.examples import shooting_range
 from tests.test_handlers_oracle import replay_load  # the seed's LoadState, the tests' oracle
 
@@ -113,13 +122,46 @@ def bench_throughput(
             trips.append((transport.requests - before) / total)
         runs[name] = (rates, trips)
 
+    def naive() -> None:
+        """Read the state row, apply, write it back: no message ids, no versions."""
+        rates, trips = [], []
+        for _ in range(repeats):
+            publisher = InMemoryPublisher()
+            work = {f"naive-{uuid.uuid4().hex[:8]}-{k}": [] for k in range(keys)}
+            before = transport.requests
+            start = time.perf_counter()
+            for key in work:
+                for message in messages_for(key, per_key):
+                    try:
+                        row = table.get_entity(key, "state")
+                        state = shooting_range.decode_state(row["State"])
+                    except ResourceNotFoundError:
+                        state = shooting_range.initial_state()
+                    context = HandlerContext(message, handler="naive", now=datetime.now(UTC))
+                    state = shooting_range.apply(state, message, context)
+                    encoded = shooting_range.encode_state(state)
+                    table.upsert_entity({"PartitionKey": key, "RowKey": "state", "State": encoded})
+                    publisher.publish(context.outputs)
+            elapsed = time.perf_counter() - start
+            total = keys * per_key
+            check(len(publisher.messages) == keys * (per_key - 1), "naive: outputs missing")
+            rates.append(total / elapsed)
+            trips.append((transport.requests - before) / total)
+        runs["naive"] = (rates, trips)
+
     log(f"throughput: {keys} keys x {per_key} messages x {repeats} repeats")
+    naive()
     run("one_by_one", "state", batched=False)
     run("batch", "state", batched=True)
     run("outbox", "outbox", batched=True)
     params = {"keys": keys, "messages_per_key": per_key}
-    one, batch, outbox = runs["one_by_one"], runs["batch"], runs["outbox"]
-    emit("handlers.process", "messages/s", "higher", one[0], None, None, params)
+    one, batch, outbox, bare = runs["one_by_one"], runs["batch"], runs["outbox"], runs["naive"]
+    naive_peer = "naive read-modify-write, no de-duplication"
+    emit("handlers.process", "messages/s", "higher", one[0], naive_peer, bare[0], params)
+    emit(
+        "handlers.process_batch.vs_naive", "messages/s", "higher", batch[0],
+        naive_peer, bare[0], params,
+    )  # fmt: skip
     emit(
         "handlers.process_batch",
         "messages/s",
@@ -138,7 +180,10 @@ def bench_throughput(
         batch[0],
         params,
     )
-    emit("handlers.process.round_trips", "requests/message", "lower", one[1], None, None, params)
+    emit(
+        "handlers.process.round_trips", "requests/message", "lower", one[1],
+        naive_peer, bare[1], params,
+    )  # fmt: skip
     emit(
         "handlers.process_batch.round_trips",
         "requests/message",
@@ -159,18 +204,91 @@ def bench_throughput(
     )
 
 
+def bench_keys(table: TableClient, counts: list[int], total: int, repeats: int) -> None:
+    """The same messages over more and more keys: fewer messages per batch."""
+    series: dict[int, list[float]] = {}
+    for count in counts:
+        log(f"keys: {total} messages over {count} keys x {repeats} repeats")
+        rates = []
+        for _ in range(repeats):
+            p = Processor(shooting_range, table, InMemoryPublisher())
+            tag = uuid.uuid4().hex[:8]
+            work = [messages_for(f"k{tag}-{k}", total // count) for k in range(count)]
+            start = time.perf_counter()
+            for messages in work:
+                p.process_batch(messages[0].key, messages)
+            rates.append(total / (time.perf_counter() - start))
+            check(p.stats.completed == total, f"{count} keys: {p.stats.completed} of {total}")
+        series[count] = rates
+        emit(
+            "handlers.scaling.keys", "messages/s", "higher", rates,
+            f"{counts[0]} keys" if count != counts[0] else None,
+            series[counts[0]] if count != counts[0] else None,
+            {"keys": count, "messages": total},
+        )  # fmt: skip
+
+
+@handler("Blob", None, types=["Grow"])
+def blob(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
+    state["n"] = state.get("n", 0) + 1
+    state["blob"] = ctx.random().randbytes(message.body["size"])
+
+
+def entity_bytes(row: dict[str, Any]) -> int:
+    """Azure's documented entity size: keys, then each property's name and value."""
+    size = 4 + 2 * (len(row["PartitionKey"]) + len(row["RowKey"]))
+    for name, value in row.items():
+        if name in ("PartitionKey", "RowKey"):
+            continue
+        if isinstance(value, bool):
+            value_size = 1
+        elif isinstance(value, str):
+            value_size = 4 + 2 * len(value)
+        elif isinstance(value, bytes):
+            value_size = 4 + len(value)
+        elif isinstance(value, int) and -(2**31) <= value < 2**31:
+            value_size = 4
+        else:  # Int64, Double, DateTime
+            value_size = 8
+        size += 8 + 2 * len(name) + value_size
+    return size
+
+
+def bench_bytes(table: TableClient, sizes: list[int], messages: int) -> None:
+    """Storage per processed message: each version keeps the whole state."""
+    for size in sizes:
+        key = f"bytes{size}-{uuid.uuid4().hex[:8]}"
+        p = Processor(blob, table, InMemoryPublisher())
+        work = [Message(f"{key}-{n}", key, "Grow", {"size": size}) for n in range(messages)]
+        for start in range(0, messages, 10):
+            p.process_batch(key, work[start : start + 10])
+        check(p.stats.completed == messages, f"state size {size}: {p.stats.completed} processed")
+        rows = list(table.query_entities("PartitionKey eq @pk", parameters={"pk": key}))
+        check(len(rows) == 1 + 2 * messages, f"state size {size}: {len(rows)} rows")
+        per_message = sum(entity_bytes(dict(r)) for r in rows) / messages
+        emit(
+            "handlers.storage_bytes", "bytes/message", "lower", [per_message],
+            "state size", [float(size)], {"state_bytes": size, "messages": messages},
+        )  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
     args = parser.parse_args()
     log(f"machine: {machine()}")
-    lengths = [10, 300, 1_000] if args.quick else [10, 1_000, 10_000]
+    lengths = [10, 100, 1_000] if args.quick else [10, 100, 1_000, 10_000, 100_000]
     keys, repeats = (5, 3) if args.quick else (20, 5)
+    key_counts = [10, 100, 1_000] if args.quick else [10, 100, 1_000, 10_000]
+    key_total = key_counts[-1]
+    sizes = [100, 10_000] if args.quick else [100, 1_000, 10_000, 100_000]
     with account() as connection_string:
         service = TableServiceClient.from_connection_string(connection_string)
         table = service.create_table_if_not_exists("benchhandlers" + uuid.uuid4().hex[:8])
         bench_load_state(table, lengths, repeats)
         bench_throughput(connection_string, table.table_name, keys, 20, repeats)
+        bench_keys(table, key_counts, key_total, 3)
+        bench_bytes(table, sizes, 20 if args.quick else 50)
         service.delete_table(table.table_name)
     return 0
 

@@ -8,7 +8,9 @@ On the same ShootingRange input (messages over games, 20% duplicated):
   message id then ``applyInPandasWithState`` over the same input as a stream
   (state in Spark's checkpoint, not in a table);
 - ceiling ``azurite.batch_insert``: raw azure-data-tables batch inserts of one
-  row per message, 100 to a transaction, from one thread.
+  row per message, 100 to a transaction, from one thread;
+- ``spark.scaling.cores``: the pipeline on ``local[2]`` beside ``local[1]``
+  (a second session, after the first is stopped).
 
 Run: ``python benchmarks/bench_spark.py [--quick]``.
 """
@@ -146,7 +148,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
     args = parser.parse_args()
-    games, per_game, repeats = (100, 20, 1) if args.quick else (500, 40, 3)
+    games, per_game, repeats = (100, 20, 2) if args.quick else (500, 40, 3)
     log(f"machine: {machine()}")
     with account() as connection_string, tempfile.TemporaryDirectory() as work:
         os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
@@ -154,19 +156,25 @@ def main() -> int:
         distinct, rows = workload(root / "inbox", games, per_game)
         spark = session("local[2]", "bench", **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        ours, theirs, ceiling = [], [], []
+        ours, theirs, ceiling, one_core = [], [], [], []
+
+        def pipeline(n: int) -> float:
+            table = f"bench{uuid.uuid4().hex[:10]}"
+            TableServiceClient.from_connection_string(connection_string).create_table(table)
+            start = time.perf_counter()
+            settings = JobSettings(table=table, handler="shooting_range")
+            summary = run_batch(
+                spark, str(root / "inbox"), str(root / f"out{uuid.uuid4().hex}"), settings,
+                partitions=4,
+            )  # fmt: skip
+            rate = rows / (time.perf_counter() - start)
+            check(summary.processed == distinct and summary.duplicates == rows - distinct,
+                  f"pipeline processed {summary.processed} of {distinct}")  # fmt: skip
+            return rate
+
         try:
             for n in range(repeats):
-                table = f"bench{uuid.uuid4().hex[:10]}"
-                TableServiceClient.from_connection_string(connection_string).create_table(table)
-                start = time.perf_counter()
-                settings = JobSettings(table=table, handler="shooting_range")
-                summary = run_batch(
-                    spark, str(root / "inbox"), str(root / f"out{n}"), settings, partitions=4
-                )
-                ours.append(rows / (time.perf_counter() - start))
-                check(summary.processed == distinct and summary.duplicates == rows - distinct,
-                      f"pipeline processed {summary.processed} of {distinct}")  # fmt: skip
+                ours.append(pipeline(n))
                 start = time.perf_counter()
                 produced = spark_state(spark, root / "inbox", root / f"checkpoint{n}")
                 theirs.append(rows / (time.perf_counter() - start))
@@ -175,6 +183,10 @@ def main() -> int:
                 written = raw_inserts(connection_string, root / "inbox")
                 ceiling.append(written / (time.perf_counter() - start))
                 check(written == distinct, f"raw inserts wrote {written} rows")
+            spark.stop()
+            spark = session("local[1]", "bench", **{"spark.ui.showConsoleProgress": "false"})
+            spark.sparkContext.setLogLevel("ERROR")
+            one_core = [pipeline(n) for n in range(repeats)]
         finally:
             spark.stop()
     params = {"messages": rows, "distinct": distinct, "games": games, "master": "local[2]"}
@@ -196,6 +208,10 @@ def main() -> int:
         ceiling,
         params,
     )
+    emit(
+        "spark.scaling.cores", "messages/s", "higher", ours, "the pipeline on local[1]", one_core,
+        {**params, "peer_master": "local[1]"},
+    )  # fmt: skip
     return 0
 
 

@@ -4,6 +4,7 @@ the storage outcome to the engine's errors (see ``_protocol``)."""
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -163,6 +164,10 @@ class _Unresolved(enum.Enum):
 NOT_APPLIED: Final = _Unresolved.NOT_APPLIED
 CONFLICT: Final = _Unresolved.CONFLICT
 
+#: Reports how each write whose outcome was unknown got resolved (INFO records
+#: with an ``outcome`` attribute: "committed", "not applied" or "conflict").
+log: Final = logging.getLogger("streamstone_py")
+
 
 def _attempt(
     partition: Partition,
@@ -192,6 +197,15 @@ def _attempt(
                 raise  # a definite answer about our only attempt: the verb maps it
             doubtful = True
             outcome = yield from resolve()
+            if ambiguous:
+                found = "committed" if not isinstance(outcome, _Unresolved) else outcome.value
+                log.info(
+                    "write to %s had no answer (%s); resolved by reading: %s",
+                    partition,
+                    type(exc).__name__,
+                    found,
+                    extra={"outcome": found},
+                )
             if outcome is CONFLICT and ambiguous:
                 raise ConcurrencyConflictError(
                     partition, "the stream changed while the outcome of a write was unknown"

@@ -72,12 +72,13 @@ class FaultPlan:
         raise ServiceResponseError("injected fault: the response was lost")
 
 
-class FaultyTransport(HttpTransport):  # type: ignore[misc]
-    def __init__(self, plan: FaultPlan) -> None:
-        self.inner = RequestsTransport()
-        self.plan = plan
+class DelegatingTransport(HttpTransport):  # type: ignore[misc]
+    """The SDK's real transport behind a ``send`` that subclasses wrap."""
 
-    def __enter__(self) -> FaultyTransport:
+    def __init__(self) -> None:
+        self.inner = RequestsTransport()
+
+    def __enter__(self) -> DelegatingTransport:
         self.inner.__enter__()
         return self
 
@@ -89,6 +90,15 @@ class FaultyTransport(HttpTransport):  # type: ignore[misc]
 
     def close(self) -> None:
         self.inner.close()
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        return self.inner.send(request, **kwargs)
+
+
+class FaultyTransport(DelegatingTransport):
+    def __init__(self, plan: FaultPlan) -> None:
+        super().__init__()
+        self.plan = plan
 
     def send(self, request: Any, **kwargs: Any) -> Any:
         fault = self.plan.take(request)

@@ -1,0 +1,143 @@
+"""Where a Spark task's time goes: cProfile over the task body, grouped by package.
+
+The body is ``spark_driver``'s ``process_partition``, what every task of the
+pipeline runs (rows of one partition, grouped by key, into
+``Processor.process_batch``), called here in one process on the same kind of
+input as ``bench_spark.py`` so that the profile sees only the task, not
+Spark's scheduling. It prints one JSON line per cost group (its share of the
+task's time), the largest first, then the top functions.
+
+Run: ``python benchmarks/profile_task.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _common import account, check, emit, log, machine
+from azure.data.tables import TableServiceClient
+
+from spark_driver import JobSettings
+from spark_driver._executor import process_partition
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, n: int) -> None:
+        self.value += n
+
+
+class _Counters:
+    """Stands in for the Spark accumulators: the task body only adds to them."""
+
+    def __init__(self) -> None:
+        self.statuses: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> _Count:
+        count = _Count()
+        setattr(self, name, count)
+        return count
+
+    def add(self, outcome: Any) -> None:
+        self.statuses[outcome.status] += 1
+
+
+def rows(games: int, per_game: int) -> list[dict[str, Any]]:
+    rng = random.Random(7)
+    out = []
+    for g in range(games):
+        key = f"game-{g:05d}"
+        start = {"message_id": f"{key}-round", "key": key, "type": "StartNewRound", "body": None}
+        out.append(start)
+        out += [
+            {"message_id": f"{key}-shot-{n}", "key": key, "type": "FireAt",
+             "body": json.dumps({"position": rng.randrange(100)})}
+            for n in range(1, per_game)
+        ]  # fmt: skip
+    return out  # grouped by key and in order, as the job hands them to a task
+
+
+SITE = f"{os.sep}site-packages{os.sep}"
+ROOT = str(Path(__file__).resolve().parents[1])
+
+
+def group(filename: str, function: str) -> str:
+    """The package a function belongs to, or what a builtin does."""
+    if filename == "~":
+        if "socket" in function or "ssl" in function or "select" in function:
+            return "socket I/O (waiting for Azurite)"
+        if "_thread.lock" in function:
+            return "waiting on the parallel-read threads"
+        return "builtins"
+    if f"{os.sep}email{os.sep}" in filename:
+        return "stdlib email (parsing multipart $batch responses)"
+    if f"{os.sep}http{os.sep}" in filename:
+        return "stdlib http.client"
+    if SITE in filename:
+        return filename.split(SITE, 1)[1].split(os.sep)[0]
+    if filename.startswith(ROOT):
+        return filename[len(ROOT) + 1 :].split(os.sep)[0]
+    return "stdlib " + Path(filename).stem
+
+
+def profile(table: str, work: list[dict[str, Any]]) -> tuple[pstats.Stats, float, _Counters]:
+    counters = _Counters()
+    settings = JobSettings(table=table, handler="shooting_range")
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    outcome_rows = list(process_partition(iter(work), settings, counters))
+    profiler.disable()
+    elapsed = time.perf_counter() - start
+    check(counters.messages_in.value == len(work), f"task saw {counters.messages_in.value}")
+    check(counters.statuses["completed"] == len(work), f"task outcomes {dict(counters.statuses)}")
+    log(f"task: {len(work)} rows, {len(outcome_rows)} output rows in {elapsed:.2f} s")
+    return pstats.Stats(profiler), elapsed, counters
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
+    args = parser.parse_args()
+    games, per_game = (50, 20) if args.quick else (250, 40)
+    log(f"machine: {machine()}")
+    with account() as connection_string:
+        os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
+        table = f"profile{uuid.uuid4().hex[:10]}"
+        TableServiceClient.from_connection_string(connection_string).create_table(table)
+        work = rows(games, per_game)
+        stats, elapsed, _ = profile(table, work)
+    total = sum(tottime for (_, _, tottime, _, _) in stats.stats.values())  # type: ignore[attr-defined]
+    groups: Counter[str] = Counter()
+    functions: Counter[str] = Counter()
+    for (filename, line, function), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        groups[group(filename, function)] += tottime
+        where = (
+            filename.split(SITE, 1)[-1] if SITE in filename else filename.replace(ROOT + os.sep, "")
+        )
+        functions[f"{where}:{line}({function})"] += tottime
+    params = {"rows": len(work), "keys": games, "task_seconds": round(elapsed, 3)}
+    for rank, (name, seconds) in enumerate(groups.most_common(8), start=1):
+        emit(f"profile.task.group.{rank}", "share of task time", "lower", [seconds / total],
+             None, None, {**params, "group": name, "seconds": round(seconds, 3)})  # fmt: skip
+    for rank, (name, seconds) in enumerate(functions.most_common(10), start=1):
+        emit(f"profile.task.function.{rank}", "share of task time", "lower", [seconds / total],
+             None, None, {**params, "function": name, "seconds": round(seconds, 3)})  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

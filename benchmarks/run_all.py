@@ -1,0 +1,113 @@
+"""Every benchmark in one run, against one Azurite, then the report with its plots.
+
+``python benchmarks/run_all.py [--quick]`` (``make bench`` / ``make bench-quick``)
+starts Azurite once, runs each ``bench_*.py`` script and ``profile_task.py``
+against it (each prints JSON lines, see BENCHMARKS.md), and writes:
+
+- ``benchmarks/results/<date>.json`` (``<date>-quick.json`` for a quick run):
+  the machine and every measurement;
+- ``docs/benchmarks.md`` with PNG plots in ``docs/benchmarks/`` (a quick run
+  writes ``docs/benchmarks-quick.md`` instead, so it never replaces the
+  recorded full run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, account, log
+
+SCRIPTS = ("bench_stream.py", "bench_handlers.py", "bench_spark.py", "profile_task.py")
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory and the versions of everything that takes part."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    cpu = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        found = re.search(r"model name\s*:\s*(.+)", cpuinfo.read_text())
+        cpu = found.group(1).strip() if found else cpu
+
+    def run(*args: str) -> str:
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+        except OSError:
+            return "unknown"
+        return (done.stdout or done.stderr).strip().splitlines()[0]
+
+    package = json.loads((ROOT / "azurite" / "package.json").read_text())
+    azurite = package["dependencies"]["azurite"]
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(memory, 1),
+        "platform": platform.platform(terse=True),
+        "python": platform.python_version(),
+        "java": run("java", "-version"),
+        "node": run("node", "--version"),
+        "azurite": azurite,
+        **{name: metadata.version(name) for name in ("azure-data-tables", "pyspark", "msgpack")},
+    }
+
+
+def run_script(script: str, quick: bool) -> list[dict[str, Any]]:
+    log(f"--- {script}{' --quick' if quick else ''}")
+    args = [sys.executable, str(ROOT / "benchmarks" / script), *(["--quick"] if quick else [])]
+    done = subprocess.run(args, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{script} failed (exit {done.returncode}); its checks are above")
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return [{**r, "script": script} for r in records]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="every script at its quick size")
+    parser.add_argument("--render", metavar="JSON", help="only render the report of a results file")
+    args = parser.parse_args()
+    if args.render:
+        from _report import render
+
+        result = json.loads(Path(args.render).read_text())
+        suffix = "-quick" if result["quick"] else ""
+        log(f"wrote {render(result, ROOT / 'docs', f'benchmarks{suffix}').relative_to(ROOT)}")
+        return 0
+    started = datetime.datetime.now(datetime.UTC)
+    records: list[dict[str, Any]] = []
+    with account() as connection_string:
+        os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
+        for script in SCRIPTS:
+            records += run_script(script, args.quick)
+    finished = datetime.datetime.now(datetime.UTC)
+    result = {
+        "date": started.date().isoformat(),
+        "started": started.isoformat(timespec="seconds"),
+        "minutes": round((finished - started).total_seconds() / 60, 1),
+        "quick": args.quick,
+        "machine": machine(),
+        "measurements": records,
+    }
+    suffix = "-quick" if args.quick else ""
+    out = ROOT / "benchmarks" / "results" / f"{result['date']}{suffix}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    from _report import render
+
+    report = render(result, ROOT / "docs", f"benchmarks{suffix}")
+    log(f"wrote {out.relative_to(ROOT)} and {report.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,467 @@
+"""The coordinator: a broker over one shuffled log, workers, Azurite restarts, then the oracle.
+
+The log holds every message 1 to ``max_copies`` times, shuffled; some copies
+are held back and arrive several segments later (late redeliveries). Idle
+workers get chunks of the log; a chunk is processed with ``process_batch``
+per key or with ``process`` per message. What a worker does not acknowledge
+(it crashed, or storage gave up and the outcome is "faulted") is delivered
+again, soon or late, as a broker redelivers after a lock expires. When the log
+is exhausted and every delivery settled, the oracle reads storage and the
+publications and reports violations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import random
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from azure.data.tables import TableClient, TableServiceClient
+
+from azurite.launcher import AzuriteTable
+from handlers import Message
+from streamstone_py import Partition, Stream, join_binary
+
+from .injector import DEFAULT_RATES, KINDS
+from .ledger import HANDLER, TYPES
+from .oracle import StoredKey, check
+from .worker import WorkerConfig, work
+
+TABLE = "chaos"
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One run. ``duration`` (seconds of new messages) wins over ``messages``."""
+
+    seed: int = 1
+    duration: float | None = None
+    messages: int = 2_000
+    threads: int = 2
+    processes: int = 2
+    keys: int = 12  # per strategy
+    max_copies: int = 5
+    late_share: float = 0.15
+    chunk: int = 24
+    batch_share: float = 0.6
+    restarts: int = 1
+    hard_share: float = 0.05
+    rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
+    stall: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.threads < 0 or self.processes < 0 or self.threads + self.processes < 1:
+            raise ValueError(f"need at least one worker, got {self.threads=} {self.processes=}")
+        if self.duration is not None and self.duration <= 0:
+            raise ValueError(f"duration must be > 0 seconds, got {self.duration!r}")
+        if self.messages < 1 or self.keys < 1 or self.max_copies < 1:
+            raise ValueError(f"messages, keys and max_copies must be >= 1: {self!r}")
+
+
+@dataclass
+class Report:
+    """The figures of a run; ``violations`` must be empty."""
+
+    config: ChaosConfig
+    messages: int = 0
+    log_copies: int = 0
+    deliveries: int = 0
+    redeliveries: int = 0
+    late: int = 0
+    chunks: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    process_kills: int = 0
+    restarts: int = 0
+    conflicts: int = 0
+    ambiguous: Counter[str] = field(default_factory=Counter)
+    outputs_published: int = 0
+    errors: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    def absorb(self, figures: dict[str, Any]) -> None:
+        self.faults.update(figures["faults"])
+        self.conflicts += figures["conflicts"]
+        self.ambiguous.update(figures["ambiguous"])
+
+    def table(self) -> str:
+        c = self.config
+        rows = [
+            ("seed", f"{c.seed}"),
+            ("workers", f"{c.threads} threads + {c.processes} processes"),
+            ("elapsed", f"{self.elapsed:.1f} s"),
+            ("messages (distinct)", f"{self.messages:,} over {2 * c.keys} keys"),
+            ("copies in the log", f"{self.log_copies:,} (1 to {c.max_copies} per message)"),
+            ("  of which held back (late)", f"{self.late:,}"),
+            (
+                "deliveries to workers",
+                f"{self.deliveries:,} ({self.deliveries / max(self.elapsed, 1e-9):,.0f}/s)",
+            ),
+            ("  redeliveries after a fault", f"{self.redeliveries:,}"),
+            (
+                "chunks (process_batch / process)",
+                f"{self.chunks['batch']:,} / {self.chunks['single']:,}",
+            ),
+            *((f"outcome {k}", f"{v:,}") for k, v in sorted(self.outcomes.items())),
+            *((f"fault: {k}", f"{self.faults[k]:,}") for k in KINDS),
+            ("  worker processes killed", f"{self.process_kills:,}"),
+            ("Azurite restarts", f"{self.restarts}"),
+            ("conflicts retried", f"{self.conflicts:,}"),
+            *(
+                (f"ambiguous writes resolved: {k}", f"{v:,}")
+                for k, v in sorted(self.ambiguous.items())
+            ),
+            ("outputs published (repeats included)", f"{self.outputs_published:,}"),
+            ("worker errors", f"{len(self.errors)}"),
+            ("violations", f"{len(self.violations)}"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        lines = [f"{k:<{width}}  {v}" for k, v in rows]
+        lines += [f"  ! {v}" for v in self.violations[:20]]
+        lines += [f"  ! worker error: {e.strip().splitlines()[-1]}" for e in self.errors[:5]]
+        return "\n".join(lines)
+
+
+class _Log:
+    """The shuffled log with its copies, late copies and redeliveries."""
+
+    def __init__(self, config: ChaosConfig) -> None:
+        self.config = config
+        self.random = random.Random(f"log/{config.seed}")
+        self.keys = [f"{s}-{i:03d}" for s in ("state", "outbox") for i in range(config.keys)]
+        self.messages: dict[str, Message] = {}
+        self.pending: list[Message] = []
+        self.held: list[tuple[int, Message]] = []  # (segment to release at, message)
+        self.segment = 0
+
+    def extend(self, count: int, report: Report) -> None:
+        """Append ``count`` new messages (all their copies) and release due late copies."""
+        self.segment += 1
+        copies: list[Message] = []
+        for _ in range(count):
+            message = self._new()
+            n = self.random.randint(1, self.config.max_copies)
+            report.log_copies += n
+            for i in range(n):
+                if i > 0 and self.random.random() < self.config.late_share:
+                    self.held.append((self.segment + self.random.randint(1, 4), message))
+                    report.late += 1
+                else:
+                    copies.append(message)
+        self.random.shuffle(copies)
+        due = [m for at, m in self.held if at <= self.segment]
+        self.held = [(at, m) for at, m in self.held if at > self.segment]
+        self.pending += copies
+        for message in due:
+            self.pending.insert(self.random.randrange(len(self.pending) + 1), message)
+
+    def _new(self) -> Message:
+        n = len(self.messages)
+        kind = self.random.choices(TYPES, weights=(45, 40, 15))[0]
+        message = Message(
+            f"m{self.config.seed}-{n:07d}",
+            self.random.choice(self.keys),
+            kind,
+            {"amount": self.random.randint(1, 100)},
+        )
+        self.messages[message.id] = message
+        return message
+
+    def redeliver(self, messages: list[Message]) -> None:
+        for message in messages:
+            if self.random.random() < self.config.late_share:
+                self.held.append((self.segment + self.random.randint(1, 3), message))
+            else:  # soon: among the next few deliveries
+                self.pending.insert(self.random.randrange(min(len(self.pending), 30) + 1), message)
+
+    def take(self, n: int) -> list[Message]:
+        if not self.pending and self.held:
+            self.pending = [m for _, m in self.held]  # the log is exhausted: the rest arrive now
+            self.held = []
+            self.random.shuffle(self.pending)
+        chunk, self.pending = self.pending[:n], self.pending[n:]
+        return chunk
+
+
+@dataclass
+class _Handle:
+    worker: int
+    process: bool
+    incarnation: int = 0
+    send: Connection | None = None
+    recv: Connection | None = None
+    runner: Any = None  # a Thread or a Process
+    inflight: dict[int, Message] = field(default_factory=dict)
+    busy: bool = False
+
+
+class _Coordinator:
+    def __init__(self, config: ChaosConfig, azurite: AzuriteTable, publications: str) -> None:
+        self.config = config
+        self.azurite = azurite
+        self.publications = publications
+        self.report = Report(config)
+        self.log = _Log(config)
+        self.random = random.Random(f"broker/{config.seed}")
+        self.reported: dict[str, set[int | None]] = defaultdict(set)
+        self.settled: set[str] = set()
+        self.delivery = 0
+        self.chunk = 0
+        self.spawn = multiprocessing.get_context("spawn")
+        workers = range(config.threads + config.processes)
+        self.handles = [_Handle(w, process=w >= config.threads) for w in workers]
+        self.restarter: threading.Thread | None = None
+        self.restarts_due = 0
+
+    # --- workers -------------------------------------------------------------
+
+    def _start(self, handle: _Handle) -> None:
+        handle.incarnation += 1
+        worker_config = WorkerConfig(
+            worker=handle.worker,
+            incarnation=handle.incarnation,
+            seed=self.config.seed,
+            connection_string=self.azurite.connection_string,
+            table=TABLE,
+            publications=self.publications,
+            rates=self.config.rates,
+            hard_share=self.config.hard_share if handle.process else 0.0,
+        )
+        inbox, handle.send = multiprocessing.Pipe(duplex=False)
+        handle.recv, outbox = multiprocessing.Pipe(duplex=False)
+        args = (worker_config, inbox, outbox)
+        if handle.process:
+            handle.runner = self.spawn.Process(target=work, args=args, daemon=True)
+        else:
+            handle.runner = threading.Thread(target=work, args=args, daemon=True)
+        handle.runner.start()
+        handle.busy = False
+
+    def _dispatch(self, handle: _Handle) -> None:
+        messages = self.log.take(self.random.randint(1, self.config.chunk))
+        if not messages:
+            return
+        self.chunk += 1
+        mode = "batch" if self.random.random() < self.config.batch_share else "single"
+        self.report.chunks[mode] += 1
+        task = []
+        for message in messages:
+            self.delivery += 1
+            handle.inflight[self.delivery] = message
+            task.append((self.delivery, message.encode()))
+        self.report.deliveries += len(task)
+        assert handle.send is not None
+        handle.send.send((self.chunk, mode, task))
+        handle.busy = True
+
+    def _lose(self, handle: _Handle) -> None:
+        """Redeliver what the worker held and did not acknowledge."""
+        lost = list(handle.inflight.values())
+        handle.inflight.clear()
+        self.report.redeliveries += len(lost)
+        self.log.redeliver(lost)
+        handle.busy = False
+
+    def _receive(self, handle: _Handle, note: tuple[Any, ...]) -> None:
+        kind, _, _, *rest, figures = note
+        self.report.absorb(figures)
+        if kind == "ack":
+            (acks,) = rest
+            for delivery, status, version, _reason in acks:
+                message = handle.inflight.pop(delivery)
+                self.report.outcomes[status] += 1
+                if status in ("completed", "duplicate"):
+                    self.reported[message.id].add(version)
+                    self.settled.add(message.id)
+                else:  # faulted (storage gave up) or abandoned: the broker tries again
+                    self.report.redeliveries += 1
+                    self.log.redeliver([message])
+        elif kind == "crash":
+            _fault, hard = rest
+            self.report.process_kills += bool(hard)
+            self._lose(handle)
+            handle.busy = bool(hard)  # a killed process takes no work until it is replaced
+        elif kind == "error":
+            (trace,) = rest
+            self.report.errors.append(trace)
+            self._lose(handle)
+        else:  # done
+            self._lose(handle)  # nothing left in flight after a clean chunk
+
+    def _drain(self, handle: _Handle) -> bool:
+        """Take in every report waiting; False once the worker's end is closed."""
+        assert handle.recv is not None
+        try:
+            while handle.recv.poll():
+                self._receive(handle, handle.recv.recv())
+        except EOFError:
+            return False
+        return True
+
+    def _died(self, handle: _Handle) -> None:
+        """The worker ended (a killed process): redeliver its work, start a new one."""
+        self._drain(handle)
+        handle.runner.join()
+        if handle.inflight:
+            self.report.errors.append(f"worker {handle.worker} ended without a crash report")
+            self._lose(handle)
+        assert handle.send is not None
+        assert handle.recv is not None
+        handle.send.close()
+        handle.recv.close()
+        self._start(handle)
+
+    # --- Azurite restarts -----------------------------------------------------
+
+    def _progress(self, started: float) -> float:
+        if self.config.duration is not None:
+            return (time.monotonic() - started) / self.config.duration
+        return len(self.settled) / self.config.messages
+
+    def _maybe_restart(self, started: float) -> None:
+        if self.restarter is not None and not self.restarter.is_alive():
+            self.restarter.join()
+            self.restarter = None
+            self.report.restarts += 1
+        due = int(self._progress(started) * (self.config.restarts + 1))
+        if self.restarter is None and self.restarts_due < min(due, self.config.restarts):
+            self.restarts_due += 1
+            self.restarter = threading.Thread(target=self.azurite.restart, daemon=True)
+            self.restarter.start()
+
+    # --- the run --------------------------------------------------------------
+
+    def _generating(self, started: float) -> bool:
+        if self.config.duration is not None:
+            return time.monotonic() - started < self.config.duration
+        return len(self.log.messages) < self.config.messages
+
+    def run(self) -> Report:
+        started = time.monotonic()
+        for handle in self.handles:
+            self._start(handle)
+        last_progress = time.monotonic()
+        try:
+            while True:
+                self._maybe_restart(started)
+                workers = len(self.handles)
+                low = 3 * workers * self.config.chunk
+                while self._generating(started) and len(self.log.pending) < low:
+                    left = self.config.messages - len(self.log.messages)
+                    batch = 200 if self.config.duration is not None else min(200, left)
+                    self.log.extend(batch, self.report)
+                for handle in self.handles:
+                    if not handle.busy:
+                        self._dispatch(handle)
+                idle = not any(h.busy for h in self.handles)
+                if idle and not self._generating(started) and not self.log.pending + self.log.held:
+                    break
+                ready = wait(self._waitables(), timeout=0.5)
+                if ready:
+                    last_progress = time.monotonic()
+                elif time.monotonic() - last_progress > self.config.stall:
+                    raise RuntimeError(f"no worker reported for {self.config.stall} s: stalled")
+                for handle in self.handles:
+                    ended = handle.recv in ready and not self._drain(handle)
+                    if ended or (handle.process and handle.runner.sentinel in ready):
+                        self._died(handle)
+        finally:
+            self._stop_workers()
+            if self.restarter is not None:
+                self.restarter.join()
+                self.report.restarts += 1
+        self.report.messages = len(self.log.messages)
+        self.report.elapsed = time.monotonic() - started
+        return self.report
+
+    def _waitables(self) -> list[Any]:
+        found: list[Any] = [h.recv for h in self.handles]
+        found += [h.runner.sentinel for h in self.handles if h.process]
+        return found
+
+    def _stop_workers(self) -> None:
+        for handle in self.handles:
+            if handle.send is not None:
+                with contextlib.suppress(OSError):  # a killed worker's pipe
+                    handle.send.send(None)
+        for handle in self.handles:
+            handle.runner.join(timeout=30)
+
+
+def read_back(table: TableClient, keys: list[str]) -> dict[str, StoredKey]:
+    """Each key's stream, header state and outbox rows, read with a fault-free client."""
+    stored = {}
+    prefix = f"{HANDLER}|OB-"
+    for key in keys:
+        found = StoredKey()
+        partition = Partition(table, key, HANDLER)
+        stream = Stream.try_open(partition)
+        if stream is not None:
+            if "State_Parts" in stream.properties:
+                found.header_state = join_binary("State", stream.properties)
+            version = 1
+            while True:
+                page = Stream.read(partition, start_version=version, slice_size=1000)
+                for event in page.events:
+                    state = join_binary("State", event.properties)
+                    found.events.append((event.version, event.id or "", state))
+                if page.is_end_of_stream or not page.events:
+                    break
+                version = page.events[-1].version + 1
+        rows = table.query_entities(
+            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+            parameters={"pk": key, "lo": prefix, "hi": prefix[:-1] + "."},
+        )
+        for row in rows:
+            found.outbox[row["RowKey"][len(prefix) :]] = bool(row.get("Dispatched"))
+        stored[key] = found
+    return stored
+
+
+def publications(directory: str) -> list[bytes]:
+    found = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        found += [bytes.fromhex(json.loads(line)) for line in path.read_text().splitlines()]
+    return found
+
+
+@contextmanager
+def _azurite() -> Iterator[AzuriteTable]:
+    with (
+        tempfile.TemporaryDirectory(prefix="chaos-azurite-") as location,
+        AzuriteTable(location=location) as azurite,
+    ):
+        yield azurite
+
+
+def run(config: ChaosConfig) -> Report:
+    """One chaos run against its own Azurite (on disk, so it survives restarts)."""
+    with _azurite() as azurite, tempfile.TemporaryDirectory(prefix="chaos-out-") as out:
+        TableServiceClient.from_connection_string(azurite.connection_string).create_table(TABLE)
+        coordinator = _Coordinator(config, azurite, out)
+        report = coordinator.run()
+        published = publications(out)
+        report.outputs_published = len(published)
+        with TableClient.from_connection_string(azurite.connection_string, TABLE) as table:
+            stored = read_back(table, coordinator.log.keys)
+        report.violations = check(
+            coordinator.log.messages,
+            stored,
+            published,
+            coordinator.reported,
+            [k for k in coordinator.log.keys if k.startswith("outbox-")],
+        )
+        report.violations += [f"error: {e.strip().splitlines()[-1]}" for e in report.errors]
+        return report

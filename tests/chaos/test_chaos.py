@@ -1,0 +1,165 @@
+"""The chaos harness in ``make test``: a short fixed-seed run, seed replay, the oracle's teeth."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from handlers import Message
+
+from .harness import ChaosConfig, Report, run
+from .injector import KINDS
+from .ledger import fold
+from .oracle import StoredKey, check
+
+SEED = 20261121
+
+
+@pytest.mark.timeout(600)
+def test_short_run_settles_with_no_violation() -> None:
+    config = ChaosConfig(
+        seed=SEED, messages=400, threads=2, processes=1, keys=6, restarts=1, hard_share=0.2
+    )
+    report = run(config)
+    print(report.table())
+    assert report.violations == []
+    assert report.messages == 400
+    assert report.restarts == 1
+    assert report.process_kills >= 1
+    assert {kind: report.faults[kind] > 0 for kind in KINDS} == dict.fromkeys(KINDS, True)
+    assert report.ambiguous["committed"] >= 1
+    settled = report.outcomes["completed"] + report.outcomes["duplicate"]
+    assert settled >= report.log_copies  # every copy got a final outcome, some more than once
+    assert report.chunks["batch"] > 0
+    assert report.chunks["single"] > 0
+
+
+def _figures(report: Report) -> dict[str, object]:
+    keep = (
+        "log_copies",
+        "deliveries",
+        "redeliveries",
+        "late",
+        "chunks",
+        "outcomes",
+        "faults",
+        "conflicts",
+        "ambiguous",
+        "outputs_published",
+    )
+    return {name: getattr(report, name) for name in keep}
+
+
+@pytest.mark.timeout(300)
+def test_a_seed_replays_the_same_run_with_one_worker() -> None:
+    config = ChaosConfig(seed=SEED, messages=120, threads=1, processes=0, keys=3, restarts=0)
+    first, second = run(config), run(config)
+    other = run(dataclasses.replace(config, seed=SEED + 1))
+    assert first.violations == second.violations == other.violations == []
+    assert _figures(first) == _figures(second)
+    assert _figures(first)["faults"] != _figures(other)["faults"]
+
+
+# --- the oracle catches each kind of violation --------------------------------
+
+
+Reported = dict[str, set[int | None]]
+
+
+def _clean() -> tuple[dict[str, Message], dict[str, StoredKey], list[bytes], Reported]:
+    messages = {}
+    stored = {}
+    published = []
+    reported: Reported = {}
+    for key in ("state-a", "outbox-b"):
+        batch = [
+            Message(f"{key}-{n}", key, kind, {"amount": amount})
+            for n, (kind, amount) in enumerate(
+                [("Deposit", 50), ("Withdraw", 80), ("Audit", 1), ("Withdraw", 20), ("Audit", 1)]
+            )
+        ]
+        steps = fold(batch)
+        found = StoredKey(header_state=steps[-1][0])
+        for version, (message, (state, outputs)) in enumerate(
+            zip(batch, steps, strict=True), start=1
+        ):
+            messages[message.id] = message
+            found.events.append((version, message.id, state))
+            reported[message.id] = {version}
+            published += [o.encode() for o in outputs]
+            if key.startswith("outbox"):
+                found.outbox[message.id] = True
+        stored[key] = found
+    return messages, stored, published, reported
+
+
+def _kinds(violations: list[str]) -> set[str]:
+    return {v.split(":")[0] for v in violations}
+
+
+def test_the_oracle_passes_a_clean_run_with_repeated_publications() -> None:
+    messages, stored, published, reported = _clean()
+    assert check(messages, stored, published + published[:3], reported, ["outbox-b"]) == []
+
+
+def test_the_oracle_names_each_violation() -> None:
+    messages, stored, published, reported = _clean()
+    a, b = stored["state-a"], stored["outbox-b"]
+    first = Message.decode(published[0])
+    gapped = [a.events[0], *((v + 1, i, s) for v, i, s in a.events[1:])]
+    foreign = [*b.events, (6, "state-a-0", b"")]
+    cases = {
+        "zombie": lambda: check(messages, stored, published[1:], reported),
+        "divergent": lambda: check(
+            messages,
+            stored,
+            [*published, Message(first.id, first.key, first.type, {"amount": 0}).encode()],
+            reported,
+        ),
+        "ghost": lambda: check(
+            messages, stored, [*published, Message("x", "state-a", "Deposited").encode()], reported
+        ),
+        "double": lambda: check(
+            messages,
+            {**stored, "state-a": dataclasses.replace(a, events=[*a.events, a.events[-1]])},
+            published,
+            reported,
+        ),
+        "lost": lambda: check(messages, stored, published, {**reported, "state-a-2": set()}),
+        "order": lambda: check(messages, stored, published, {**reported, "state-a-0": {3}}),
+        "gap": lambda: check(
+            messages,
+            {**stored, "state-a": dataclasses.replace(a, events=gapped)},
+            published,
+            reported,
+        ),
+        "state": lambda: check(
+            messages,
+            {**stored, "outbox-b": dataclasses.replace(b, header_state=b"\x80")},
+            published,
+            reported,
+        ),
+        "foreign": lambda: check(
+            messages,
+            {**stored, "outbox-b": dataclasses.replace(b, events=foreign)},
+            published,
+            reported,
+        ),
+    }
+    for kind, violations in cases.items():
+        assert kind in _kinds(violations()), kind
+    reordered = [(v, i, s) for (v, _, _), (_, i, s) in zip(a.events, a.events[::-1], strict=True)]
+    found = check(
+        messages,
+        {**stored, "state-a": dataclasses.replace(a, events=reordered)},
+        published,
+        reported,
+    )
+    assert {"order", "state"} <= _kinds(found)
+    undispatched = dataclasses.replace(b, outbox={**b.outbox, "outbox-b-1": False})
+    found = check(messages, {**stored, "outbox-b": undispatched}, published, reported)
+    assert found == ["zombie: outputs of 'outbox-b-1' never marked dispatched"]
+    missing_row = dataclasses.replace(b, outbox={})
+    found = check(messages, {**stored, "outbox-b": missing_row}, published, reported, ["outbox-b"])
+    assert found == ["zombie: outbox rows of 'outbox-b' do not match its stored versions"]
