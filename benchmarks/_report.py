@@ -26,6 +26,8 @@ def _find(records: list[Record], name: str, **params: Any) -> list[Record]:
 def _num(value: float | None) -> str:
     if value is None:
         return "-"
+    if value == 0:
+        return "<0.001"  # the results keep 3 decimals
     if abs(value) >= 100:
         return f"{value:,.0f}"
     if abs(value) >= 10:
@@ -193,9 +195,8 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
                 ax.plot(
                     xs,
                     [s[2] for s in series],
-                    style,
+                    style[0] + "--",
                     alpha=0.5,
-                    linestyle="--",
                     label=f"replay (the seed's approach), {kind} message",
                 )
             ax.set_xscale("log")

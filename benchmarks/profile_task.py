@@ -19,6 +19,7 @@ import os
 import pstats
 import random
 import sys
+import sysconfig
 import time
 import uuid
 from collections import Counter
@@ -72,6 +73,7 @@ def rows(games: int, per_game: int) -> list[dict[str, Any]]:
 
 SITE = f"{os.sep}site-packages{os.sep}"
 ROOT = str(Path(__file__).resolve().parents[1])
+STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
 
 
 def group(filename: str, function: str) -> str:
@@ -128,6 +130,8 @@ def main() -> int:
         where = (
             filename.split(SITE, 1)[-1] if SITE in filename else filename.replace(ROOT + os.sep, "")
         )
+        if where.startswith(STDLIB):  # no machine paths in the report
+            where = "stdlib " + where[len(STDLIB) :]
         functions[f"{where}:{line}({function})"] += tottime
     params = {"rows": len(work), "keys": games, "task_seconds": round(elapsed, 3)}
     for rank, (name, seconds) in enumerate(groups.most_common(8), start=1):
