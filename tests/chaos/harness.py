@@ -297,8 +297,11 @@ class _Coordinator:
             (trace,) = rest
             self.report.errors.append(trace)
             self._lose(handle)
-        else:  # done
-            self._lose(handle)  # nothing left in flight after a clean chunk
+        else:  # done: every delivery of the chunk was acknowledged
+            if handle.inflight:
+                self.report.errors.append(f"worker {handle.worker} left deliveries unanswered")
+                self._lose(handle)
+            handle.busy = False
 
     def _drain(self, handle: _Handle) -> bool:
         """Take in every report waiting; False once the worker's end is closed."""
