@@ -8,6 +8,27 @@ per key or with ``process`` per message. What a worker does not acknowledge
 again, soon or late, as a broker redelivers after a lock expires. When the log
 is exhausted and every delivery settled, the oracle reads storage and the
 publications and reports violations.
+
+The workload also reaches where a short chunk over many keys never goes:
+
+- long chunks: up to ``long_max`` messages of one key in one
+  ``process_batch``, new ones mixed with redeliveries, so writes split over
+  several transactions and a later one meets a stored duplicate or a crash;
+- retention: workers run ``Processor.retain`` beside the processing, through
+  the same faulty store, so some retains are interrupted; the run ends with
+  a fault-free retain of every key, which must finish what was interrupted;
+- a handler that raises on some states (``StrictWithdraw``): a message
+  abandoned by its own failure is redelivered at most ``max_failures`` times,
+  then given up (legitimate only if it was never stored);
+- state evolution: from ``evolve_at`` of the run on, workers process with
+  ``ledger_v2``, whose state class dropped a field and gained one.
+
+Retention must not refuse a message that was never stored, and the oracle
+must know every version a retain removes. So the coordinator picks the
+retain's time limit below the ``sent_at`` of every message not yet
+acknowledged as stored, and reads the key's versions just before: a version
+committed later belongs to a message that was not acknowledged then, so it
+is younger than the limit and stays.
 """
 
 from __future__ import annotations
@@ -23,22 +44,34 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient, TableServiceClient
 
 from azurite.launcher import AzuriteTable
-from handlers import Message
-from streamstone_py import Partition, Stream, join_binary
+from handlers import InMemoryPublisher, Message, Processor
+from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, join_binary
 
 from .injector import DEFAULT_RATES, KINDS
-from .ledger import HANDLER, TYPES
-from .oracle import StoredKey, check
+from .ledger import HANDLER, TYPES, ledger_v2, shared
+from .oracle import HANDLER_FAILED, Fates, StoredKey, check
 from .worker import WorkerConfig, work
 
 TABLE = "chaos"
+
+#: Patient enough for an Azurite restart: the coordinator's own reads must not fail.
+PLAIN_RETRY = RetryPolicy(attempts=30, initial_delay=0.1, max_delay=1.0, total_time=90.0)
+
+#: Below the oldest unacknowledged ``sent_at``, so that clock granularity cannot matter.
+RETAIN_MARGIN = timedelta(seconds=1)
+
+#: The outcome errors of a message abandoned for what came before it, not for itself.
+COLLATERAL = "HandlerError"
+REFUSED = "DuplicateOutsideWindowError"
 
 
 @dataclass(frozen=True)
@@ -59,6 +92,11 @@ class ChaosConfig:
     hard_share: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
     stall: float = 120.0
+    long_share: float = 0.06  # of chunks: many messages of one key
+    long_max: int = 150
+    retain_share: float = 0.05  # of dispatches: a retain instead of a chunk
+    max_failures: int = 6  # own failures of one message before it is given up
+    evolve_at: float | None = 0.5  # share of the run after which ledger_v2 processes
 
     def __post_init__(self) -> None:
         if self.threads < 0 or self.processes < 0 or self.threads + self.processes < 1:
@@ -87,6 +125,19 @@ class Report:
     conflicts: int = 0
     ambiguous: Counter[str] = field(default_factory=Counter)
     outputs_published: int = 0
+    long_chunks: int = 0
+    splits: int = 0
+    retains: int = 0
+    retains_interrupted: int = 0
+    retained_versions: int = 0
+    final_retained: int = 0
+    evolutions: int = 0
+    v2_chunks: int = 0
+    states_by_version: Counter[int] = field(default_factory=Counter)
+    handler_failures: int = 0
+    given_up: int = 0
+    refused: int = 0
+    case2: int = 0
     errors: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     elapsed: float = 0.0
@@ -95,6 +146,8 @@ class Report:
         self.faults.update(figures["faults"])
         self.conflicts += figures["conflicts"]
         self.ambiguous.update(figures["ambiguous"])
+        self.splits += figures["splits"]
+        self.case2 += figures["case2"]
 
     def table(self) -> str:
         c = self.config
@@ -124,6 +177,20 @@ class Report:
                 for k, v in sorted(self.ambiguous.items())
             ),
             ("outputs published (repeats included)", f"{self.outputs_published:,}"),
+            ("long chunks (one key)", f"{self.long_chunks:,} (up to {c.long_max} messages)"),
+            ("split writes (> 99 rows)", f"{self.splits:,}"),
+            ("retains", f"{self.retains:,} ({self.retained_versions:,} versions removed)"),
+            ("  interrupted (crash or storage gave up)", f"{self.retains_interrupted:,}"),
+            ("  final fault-free retains removed", f"{self.final_retained:,} versions"),
+            ("evolutions (ledger -> ledger_v2)", f"{self.evolutions} ({self.v2_chunks:,} chunks)"),
+            (
+                "stored states v1 / v2",
+                f"{self.states_by_version[1]:,} / {self.states_by_version[2]:,}",
+            ),
+            ("conditional handler failures", f"{self.handler_failures:,}"),
+            ("  given up (raised every time)", f"{self.given_up:,}"),
+            ("duplicates that fail on the newest state", f"{self.case2:,}"),
+            ("refused outside the retention window", f"{self.refused:,}"),
             ("worker errors", f"{len(self.errors)}"),
             ("violations", f"{len(self.violations)}"),
         ]
@@ -167,17 +234,50 @@ class _Log:
         for message in due:
             self.pending.insert(self.random.randrange(len(self.pending) + 1), message)
 
-    def _new(self) -> Message:
+    def _new(self, key: str | None = None, strict: bool = True) -> Message:
         n = len(self.messages)
-        kind = self.random.choices(TYPES, weights=(45, 40, 15))[0]
+        # Withdrawals outweigh deposits, so balances stay low and strict
+        # withdrawals often fail, on some states and not on others.
+        kind = self.random.choices(TYPES, weights=(38, 30, 17 if strict else 0, 15))[0]
         message = Message(
             f"m{self.config.seed}-{n:07d}",
-            self.random.choice(self.keys),
+            key or self.random.choice(self.keys),
             kind,
             {"amount": self.random.randint(1, 100)},
+            {"sent_at": datetime.now(UTC).isoformat()},
         )
         self.messages[message.id] = message
         return message
+
+    def burst(self, key: str, count: int, report: Report) -> list[Message]:
+        """``count`` new messages of ``key``: one copy each now, the others into the log."""
+        now = []
+        for _ in range(count):
+            # No strict withdrawal: one that fails stops the rest of the batch,
+            # and these messages are here to make the write split.
+            message = self._new(key, strict=False)
+            now.append(message)
+            n = self.random.randint(1, self.config.max_copies)
+            report.log_copies += n
+            for _ in range(n - 1):
+                if self.random.random() < self.config.late_share:
+                    self.held.append((self.segment + self.random.randint(1, 4), message))
+                    report.late += 1
+                else:
+                    self.pending.insert(self.random.randrange(len(self.pending) + 1), message)
+        return now
+
+    def take_key(self, key: str, n: int) -> list[Message]:
+        """Up to ``n`` pending deliveries of ``key``, in log order."""
+        chunk = [m for m in self.pending if m.key == key][:n]
+        taken = {id(m) for m in chunk}
+        self.pending = [m for m in self.pending if id(m) not in taken]
+        return chunk
+
+    def drop(self, message_id: str) -> None:
+        """Dead-letter every copy still in the log."""
+        self.pending = [m for m in self.pending if m.id != message_id]
+        self.held = [(at, m) for at, m in self.held if m.id != message_id]
 
     def redeliver(self, messages: list[Message]) -> None:
         for message in messages:
@@ -205,6 +305,7 @@ class _Handle:
     runner: Any = None  # a Thread or a Process
     inflight: dict[int, Message] = field(default_factory=dict)
     busy: bool = False
+    retaining: str | None = None  # the key of the retain it runs
 
 
 class _Coordinator:
@@ -224,6 +325,12 @@ class _Coordinator:
         self.handles = [_Handle(w, process=w >= config.threads) for w in workers]
         self.restarter: threading.Thread | None = None
         self.restarts_due = 0
+        self.fates = Fates()
+        self.failures: Counter[str] = Counter()
+        self.seen: dict[str, dict[int, tuple[str, bytes]]] = defaultdict(dict)
+        self.version = 1
+        self.started = 0.0
+        self.plain = TableClient.from_connection_string(azurite.connection_string, TABLE)
 
     # --- workers -------------------------------------------------------------
 
@@ -250,12 +357,21 @@ class _Coordinator:
         handle.busy = False
 
     def _dispatch(self, handle: _Handle) -> None:
-        messages = self.log.take(self.random.randint(1, self.config.chunk))
+        draw = self.random.random()
+        busy = self._generating(self.started) or self.log.pending or self.log.held
+        if busy and draw < self.config.retain_share and self._retain(handle):
+            return
+        mode = "batch" if self.random.random() < self.config.batch_share else "single"
+        if draw > 1 - self.config.long_share:
+            messages = self._long()
+            mode = "batch"
+        else:
+            messages = self.log.take(self.random.randint(1, self.config.chunk))
         if not messages:
             return
         self.chunk += 1
-        mode = "batch" if self.random.random() < self.config.batch_share else "single"
         self.report.chunks[mode] += 1
+        self.report.v2_chunks += self.version == 2
         task = []
         for message in messages:
             self.delivery += 1
@@ -263,8 +379,68 @@ class _Coordinator:
             task.append((self.delivery, message.encode()))
         self.report.deliveries += len(task)
         assert handle.send is not None
-        handle.send.send((self.chunk, mode, task))
+        handle.send.send((self.chunk, mode, task, self.version))
         handle.busy = True
+
+    def _long(self) -> list[Message]:
+        """Many messages of one key: its redeliveries in the log, topped up with new ones."""
+        key = self.random.choice(self.log.keys)
+        n = self.random.randint(self.config.long_max // 3, self.config.long_max)
+        messages = self.log.take_key(key, n // 3)
+        fresh: list[Message] = []
+        if self._generating(self.started):
+            count = n - len(messages)
+            if self.config.duration is None:
+                count = min(count, self.config.messages - len(self.log.messages))
+            fresh = self.log.burst(key, max(count, 0), self.report)
+        # New messages first, enough to fill a first transaction, then the rest
+        # mixed with redeliveries: a later transaction meets stored duplicates.
+        head, tail = fresh[:50], fresh[50:] + messages
+        self.random.shuffle(tail)
+        self.report.long_chunks += 1
+        return head + tail
+
+    def _retain(self, handle: _Handle) -> bool:
+        """Ask ``handle`` to retain a key; False if its versions could not be read first."""
+        key = self.random.choice(self.log.keys)
+        now = datetime.now(UTC)
+        waiting = [*self.log.pending, *(m for _, m in self.log.held)]
+        waiting += [m for h in self.handles for m in h.inflight.values()]
+        sent = [
+            datetime.fromisoformat(m.headers["sent_at"])
+            for m in waiting
+            if m.key == key and m.id not in self.settled
+        ]
+        limit = min([now, *sent]) - RETAIN_MARGIN
+        try:
+            self._snapshot(key)
+        except (AzureError, StreamstoneError):
+            return False
+        self.chunk += 1
+        self.report.retains += 1
+        keep_last = self.random.choice((None, 0, 1, 2, 5))
+        assert handle.send is not None
+        payload = (key, keep_last, limit.isoformat(), now.isoformat())
+        handle.send.send((self.chunk, "retain", payload, self.version))
+        handle.busy = True
+        handle.retaining = key
+        return True
+
+    def _snapshot(self, key: str) -> None:
+        """Read every version of ``key`` now: a retain may remove them."""
+        partition = Partition(self.plain, key, HANDLER, retry=PLAIN_RETRY)
+        stream = Stream.try_open(partition)
+        if stream is None:
+            return
+        version = max(1, stream.first_version)
+        known = self.seen[key]
+        while version <= stream.version:
+            page = Stream.read(partition, start_version=version, slice_size=1000)
+            for event in page.events:
+                known[event.version] = (event.id or "", join_binary("State", event.properties))
+            if page.is_end_of_stream or not page.events:
+                break
+            version = page.events[-1].version + 1
 
     def _lose(self, handle: _Handle) -> None:
         """Redeliver what the worker held and did not acknowledge."""
@@ -273,21 +449,58 @@ class _Coordinator:
         self.report.redeliveries += len(lost)
         self.log.redeliver(lost)
         handle.busy = False
+        if handle.retaining is not None:
+            self.report.retains_interrupted += 1
+            handle.retaining = None
+
+    def _settle(
+        self,
+        message: Message,
+        status: str,
+        version: int | None,
+        error: str | None,
+        reason: str | None,
+    ) -> None:
+        """One acknowledged delivery: settled, refused, redelivered, or given up."""
+        self.report.outcomes[status] += 1
+        if status in ("completed", "duplicate"):
+            self.reported[message.id].add(version)
+            self.settled.add(message.id)
+            self.fates.given_up.pop(message.id, None)  # answered after all
+            return
+        if status == "abandoned" and error == REFUSED:
+            self.fates.refused[message.id] = reason or ""
+            self.report.refused += 1
+            return
+        if status == "abandoned" and error != COLLATERAL:
+            self.report.handler_failures += error == HANDLER_FAILED
+            self.failures[message.id] += 1
+            if message.id in self.fates.given_up:
+                return  # a copy that was on its way when it was given up
+            if self.failures[message.id] >= self.config.max_failures:
+                self.fates.given_up[message.id] = (error or "", reason or "")
+                self.log.drop(message.id)
+                return
+        # faulted (storage gave up), abandoned behind a failed message, or failed
+        # fewer than max_failures times: the broker tries again
+        self.report.redeliveries += 1
+        self.log.redeliver([message])
 
     def _receive(self, handle: _Handle, note: tuple[Any, ...]) -> None:
         kind, _, _, *rest, figures = note
         self.report.absorb(figures)
         if kind == "ack":
             (acks,) = rest
-            for delivery, status, version, _reason in acks:
-                message = handle.inflight.pop(delivery)
-                self.report.outcomes[status] += 1
-                if status in ("completed", "duplicate"):
-                    self.reported[message.id].add(version)
-                    self.settled.add(message.id)
-                else:  # faulted (storage gave up) or abandoned: the broker tries again
-                    self.report.redeliveries += 1
-                    self.log.redeliver([message])
+            for delivery, status, version, reason, error in acks:
+                self._settle(handle.inflight.pop(delivery), status, version, error, reason)
+        elif kind == "retained":
+            _key, removed, failure = rest
+            if failure is not None:
+                self.report.retains_interrupted += 1
+            else:
+                self.report.retained_versions += removed
+            handle.retaining = None
+            handle.busy = False
         elif kind == "crash":
             _fault, hard = rest
             self.report.process_kills += bool(hard)
@@ -346,19 +559,26 @@ class _Coordinator:
 
     # --- the run --------------------------------------------------------------
 
+    def _maybe_evolve(self, started: float) -> None:
+        at = self.config.evolve_at
+        if at is not None and self.version == 1 and self._progress(started) >= at:
+            self.version = 2
+            self.report.evolutions += 1
+
     def _generating(self, started: float) -> bool:
         if self.config.duration is not None:
             return time.monotonic() - started < self.config.duration
         return len(self.log.messages) < self.config.messages
 
     def run(self) -> Report:
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         for handle in self.handles:
             self._start(handle)
         last_progress = time.monotonic()
         try:
             while True:
                 self._maybe_restart(started)
+                self._maybe_evolve(started)
                 workers = len(self.handles)
                 low = 3 * workers * self.config.chunk
                 while self._generating(started) and len(self.log.pending) < low:
@@ -394,6 +614,19 @@ class _Coordinator:
         found += [h.runner.sentinel for h in self.handles if h.process]
         return found
 
+    def finish_retention(self) -> None:
+        """A fault-free retain of every key: it must finish what interrupted retains left."""
+        processors = {
+            strategy: Processor(ledger_v2, self.plain, InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+            for strategy in ("state", "outbox")
+        }
+        for key in self.log.keys:
+            self._snapshot(key)
+            processor = processors["outbox" if key.startswith("outbox-") else "state"]
+            self.report.final_retained += processor.retain(
+                key, keep_last=self.random.choice((1, 2, 5)), older_than=timedelta(0)
+            )
+
     def _stop_workers(self) -> None:
         for handle in self.handles:
             if handle.send is not None:
@@ -403,12 +636,15 @@ class _Coordinator:
             handle.runner.join(timeout=30)
 
 
-def read_back(table: TableClient, keys: list[str]) -> dict[str, StoredKey]:
-    """Each key's stream, header state and outbox rows, read with a fault-free client."""
+def read_back(
+    table: TableClient, keys: list[str], seen: dict[str, dict[int, tuple[str, bytes]]]
+) -> dict[str, StoredKey]:
+    """Each key's stream, header state, outbox rows and rows retention left behind,
+    read with a fault-free client; ``seen``: the versions read during the run."""
     stored = {}
     prefix = f"{HANDLER}|OB-"
     for key in keys:
-        found = StoredKey()
+        found = StoredKey(seen=dict(seen.get(key, {})))
         partition = Partition(table, key, HANDLER)
         stream = Stream.try_open(partition)
         if stream is not None:
@@ -429,8 +665,41 @@ def read_back(table: TableClient, keys: list[str]) -> dict[str, StoredKey]:
         )
         for row in rows:
             found.outbox[row["RowKey"][len(prefix) :]] = bool(row.get("Dispatched"))
+        if stream is not None:
+            found.leftovers = _leftovers(table, partition, stream, found)
         stored[key] = found
     return stored
+
+
+def _leftovers(
+    table: TableClient, partition: Partition, stream: Stream, found: StoredKey
+) -> list[str]:
+    """Event rows below the first version, and id rows of no kept event."""
+    kept = {partition.id_row_key(message_id) for _, message_id, _ in found.events}
+    low = partition.event_row_key(0)
+    first = partition.event_row_key(stream.first_version)
+    ids = partition.row_key_prefix + "SS-UID-"
+    rows = [
+        row
+        for lo, hi in ((low, first), (ids, ids[:-1] + "."))
+        for row in table.query_entities(
+            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+            parameters={"pk": partition.partition_key, "lo": lo, "hi": hi},
+            select=["RowKey"],
+        )
+    ]
+    return sorted(r["RowKey"] for r in rows if r["RowKey"] not in kept)
+
+
+def state_versions(stored: dict[str, StoredKey]) -> Counter[int]:
+    """How many stored states each state class wrote (0: neither)."""
+    counts: Counter[int] = Counter()
+    for found in stored.values():
+        states = {v: s for v, (_, s) in found.seen.items()}
+        states.update({v: s for v, _, s in found.events})
+        for state in states.values():
+            counts[shared(state)[1] or 0] += 1
+    return counts
 
 
 def publications(directory: str) -> list[bytes]:
@@ -455,16 +724,21 @@ def run(config: ChaosConfig) -> Report:
         TableServiceClient.from_connection_string(azurite.connection_string).create_table(TABLE)
         coordinator = _Coordinator(config, azurite, out)
         report = coordinator.run()
+        coordinator.finish_retention()
+        coordinator.plain.close()
         published = publications(out)
         report.outputs_published = len(published)
+        report.given_up = len(coordinator.fates.given_up)
         with TableClient.from_connection_string(azurite.connection_string, TABLE) as table:
-            stored = read_back(table, coordinator.log.keys)
+            stored = read_back(table, coordinator.log.keys, coordinator.seen)
+        report.states_by_version = state_versions(stored)
         report.violations = check(
             coordinator.log.messages,
             stored,
             published,
             coordinator.reported,
             [k for k in coordinator.log.keys if k.startswith("outbox-")],
+            coordinator.fates,
         )
         report.violations += [f"error: {e.strip().splitlines()[-1]}" for e in report.errors]
         return report

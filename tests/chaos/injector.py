@@ -122,14 +122,24 @@ class ChaosTransport(DelegatingTransport):
         return response
 
 
+#: The most rows one table transaction holds: a write of more is split.
+MAX_TRANSACTION_ROWS = 99
+
+
 class ChaosStore(StateStore):
-    """The real store; the worker may die before or after any of its calls."""
+    """The real store; the worker may die before or after any of its calls.
+
+    It also counts the writes too large for one transaction (each event is an
+    event row and an id row, plus its includes), since those are where a
+    failure can leave part of a batch stored.
+    """
 
     def __init__(
         self, table: TableClient, handler_name: str, retry: RetryPolicy, injector: Injector
     ) -> None:
         super().__init__(table, handler_name, retry)
         self.injector = injector
+        self.splits = 0
 
     def _around(self, name: str, call: Any, *args: Any) -> Any:
         self.injector.crash(CRASH_BEFORE_CALL, name)
@@ -147,6 +157,8 @@ class ChaosStore(StateStore):
         return self._around("read", super().read, partition, start_version, count)  # type: ignore[no-any-return]
 
     def write(self, stream: Stream, events: Sequence[EventData]) -> WriteResult:
+        rows = sum(2 + len(e.includes) for e in events)
+        self.splits += rows > MAX_TRANSACTION_ROWS
         return self._around("write", super().write, stream, events)  # type: ignore[no-any-return]
 
     def outbox(self, partition: Partition, message_id: str) -> Any:
@@ -154,6 +166,15 @@ class ChaosStore(StateStore):
 
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._around("mark_dispatched", super().mark_dispatched, partition, message_ids)
+
+    def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        self._around("delete_outbox", super().delete_outbox, partition, message_ids)
+
+    def set_properties(self, stream: Stream, properties: dict[str, Any]) -> Stream:
+        return self._around("set_properties", super().set_properties, stream, properties)  # type: ignore[no-any-return]
+
+    def truncate(self, stream: Stream, before_version: int) -> Stream:
+        return self._around("truncate", super().truncate, stream, before_version)  # type: ignore[no-any-return]
 
 
 class FilePublisher(Publisher):

@@ -80,14 +80,12 @@ def _clean() -> tuple[dict[str, Message], dict[str, StoredKey], list[bytes], Rep
             )
         ]
         steps = fold(batch)
-        found = StoredKey(header_state=steps[-1][0])
-        for version, (message, (state, outputs)) in enumerate(
-            zip(batch, steps, strict=True), start=1
-        ):
+        found = StoredKey(header_state=steps[-1].state)
+        for version, (message, step) in enumerate(zip(batch, steps, strict=True), start=1):
             messages[message.id] = message
-            found.events.append((version, message.id, state))
+            found.events.append((version, message.id, step.state))
             reported[message.id] = {version}
-            published += [o.encode() for o in outputs]
+            published += [o.encode() for o in step.outputs]
             if key.startswith("outbox"):
                 found.outbox[message.id] = True
         stored[key] = found

@@ -1,9 +1,11 @@
 """A worker: takes chunks of deliveries from the coordinator, processes them, acknowledges.
 
 The same loop runs in a thread or in a separate process; it talks to the
-coordinator over two one-way pipes. A crash (see :mod:`.injector`) ends the
-chunk: the worker reports it, drops its processors as a restarted worker
-would, and the coordinator redelivers what was not acknowledged. In a process
+coordinator over two one-way pipes. Besides chunks of deliveries it runs
+retention (``Processor.retain``) when asked, through the same faulty store.
+A crash (see :mod:`.injector`) ends the chunk: the worker reports it, drops
+its processors as a restarted worker would, and the coordinator redelivers
+what was not acknowledged. In a process
 worker some crashes are real: the process exits on the spot.
 """
 
@@ -17,16 +19,19 @@ import traceback
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
+from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 
-from handlers import Message, Outcome, Processor
-from streamstone_py import RetryPolicy
+from handlers import Message, NonDeterministicHandlerError, Outcome, Processor
+from handlers._codec import unpack
+from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, join_binary
 
 from .injector import CRASH_IN_HANDLER, ChaosStore, ChaosTransport, Crash, FilePublisher, Injector
-from .ledger import HANDLER, hooks, ledger
+from .ledger import HANDLER, VERSIONS, hooks
 
 #: Short pauses: the faults are frequent, and an Azurite restart takes a second or two.
 RETRY = RetryPolicy(attempts=8, initial_delay=0.02, max_delay=0.5, total_time=15.0)
@@ -77,6 +82,9 @@ class _Worker:
             retry_total=4,
             retry_backoff_factor=0.05,
         )
+        # Instrumentation only (not under test): reads no fault may disturb.
+        self.plain = TableClient.from_connection_string(config.connection_string, config.table)
+        self.case2 = 0
         self.ambiguity = _Ambiguity()
         engine_log = logging.getLogger("streamstone_py")
         engine_log.setLevel(logging.INFO)
@@ -92,20 +100,27 @@ class _Worker:
     def _fresh(self) -> None:
         """New processors, as a restarted worker has (publications go to a new file)."""
         self.generation += 1
-        publisher = FilePublisher(f"{self.path}-{self.generation}.jsonl", self.injector)
+        self.publisher = FilePublisher(f"{self.path}-{self.generation}.jsonl", self.injector)
+        self.store = ChaosStore(self.client, HANDLER, RETRY, self.injector)
         self.processors = {
-            strategy: Processor(
-                ledger,
-                self.client,
-                publisher,
-                strategy=strategy,  # type: ignore[arg-type]
-                retry=RETRY,
-                max_attempts=50,
-                store=ChaosStore(self.client, HANDLER, RETRY, self.injector),
-            )
+            (strategy, version): self._processor(strategy, version)
             for strategy in ("state", "outbox")
+            for version in VERSIONS
         }
         self.conflicts_base = 0
+        self.splits_base = 0
+
+    def _processor(self, strategy: str, version: int, **options: Any) -> Processor[Any]:
+        return Processor(
+            VERSIONS[version],  # type: ignore[arg-type]
+            self.client,
+            self.publisher,
+            strategy=strategy,  # type: ignore[arg-type]
+            retry=RETRY,
+            max_attempts=50,
+            store=self.store,
+            **options,
+        )
 
     def figures(self) -> dict[str, Any]:
         """What happened since the last report (faults, conflicts, ambiguous writes)."""
@@ -114,36 +129,92 @@ class _Worker:
             "faults": dict(self.injector.counts),
             "conflicts": conflicts - self.conflicts_base,
             "ambiguous": dict(self.ambiguity.counts),
+            "splits": self.store.splits - self.splits_base,
+            "case2": self.case2,
         }
         self.injector.counts.clear()
         self.ambiguity.counts.clear()
         self.conflicts_base = conflicts
+        self.splits_base = self.store.splits
+        self.case2 = 0
         return delta
 
     def send(self, *message: Any) -> None:
         self.outbox.send((message[0], self.config.worker, *message[1:], self.figures()))
 
-    def run_chunk(self, chunk: int, mode: str, deliveries: Sequence[tuple[int, bytes]]) -> None:
+    def run_task(self, chunk: int, mode: str, payload: Any, version: int) -> None:
+        if mode == "retain":
+            self.retain(chunk, version, *payload)
+        else:
+            self.run_chunk(chunk, mode, payload, version)
+
+    def retain(
+        self, chunk: int, version: int, key: str, keep_last: int | None, limit: str, now: str
+    ) -> None:
+        """Retention of one key: versions processed before ``limit`` may go.
+
+        The coordinator's ``now`` is the retain's clock, so the limit is
+        exactly the one it chose, however late this worker gets to it.
+        """
+        at = datetime.fromisoformat(now)
+        processor = self._processor(strategy_of(key), version, clock=lambda: at)
+        older_than = at - datetime.fromisoformat(limit)
+        try:
+            removed = processor.retain(key, keep_last=keep_last, older_than=older_than)
+        except Crash as crash:
+            self._crashed(chunk, crash)
+            return
+        except (AzureError, StreamstoneError) as exc:  # storage gave up: interrupted too
+            self.send("retained", chunk, key, None, f"{type(exc).__name__}: {exc}")
+            return
+        except Exception:
+            self.send("error", chunk, traceback.format_exc())
+            self._fresh()
+            return
+        self.send("retained", chunk, key, removed, None)
+
+    def _crashed(self, chunk: int, crash: Crash) -> None:
+        hard = self.config.hard_share > 0 and self.hard.random() < self.config.hard_share
+        self.send("crash", chunk, crash.kind, hard)
+        if hard:
+            os._exit(70)  # a killed process: no clean-up, no flushing
+        self._fresh()
+
+    def _probe(self, outcomes: Sequence[Outcome]) -> None:
+        """Count the duplicates that would fail on the newest state (issue 11, case 2)."""
+        for outcome in outcomes:
+            message = outcome.message
+            if outcome.status != "duplicate" or message.type != "StrictWithdraw":
+                continue
+            try:
+                stream = Stream.try_open(Partition(self.plain, message.key, HANDLER))
+            except (AzureError, StreamstoneError):  # Azurite restarting: skip the figure
+                continue
+            if stream is not None and "State_Parts" in stream.properties:
+                balance = unpack(join_binary("State", stream.properties))["balance"]
+                self.case2 += int(message.body["amount"]) > balance
+
+    def run_chunk(
+        self, chunk: int, mode: str, deliveries: Sequence[tuple[int, bytes]], version: int
+    ) -> None:
         groups: dict[str, list[tuple[int, Message]]] = {}
         for delivery, data in deliveries:
             message = Message.decode(data)
             groups.setdefault(message.key, []).append((delivery, message))
         for key, items in groups.items():
-            processor = self.processors[strategy_of(key)]
+            processor = self.processors[strategy_of(key), version]
             try:
                 if mode == "batch":
                     outcomes = processor.process_batch(key, [m for _, m in items])
+                    self._probe(outcomes)
                     self.send("ack", chunk, _acks(items, outcomes))
                 else:
                     for delivery, message in items:
-                        outcome = processor.process(message)
+                        outcome = _process(processor, message)
+                        self._probe([outcome])
                         self.send("ack", chunk, _acks([(delivery, message)], [outcome]))
             except Crash as crash:
-                hard = self.config.hard_share > 0 and self.hard.random() < self.config.hard_share
-                self.send("crash", chunk, crash.kind, hard)
-                if hard:
-                    os._exit(70)  # a killed process: no clean-up, no flushing
-                self._fresh()
+                self._crashed(chunk, crash)
                 return
             except Exception:  # a bug, not a fault: the oracle run fails on it
                 self.send("error", chunk, traceback.format_exc())
@@ -152,11 +223,19 @@ class _Worker:
         self.send("done", chunk)
 
 
+def _process(processor: Processor[Any], message: Message) -> Outcome:
+    """``process``, with its raised non-determinism as the outcome ``process_batch`` gives."""
+    try:
+        return processor.process(message)
+    except NonDeterministicHandlerError as exc:
+        return Outcome(message, "abandoned", None, (), str(exc), exc)
+
+
 def _acks(
     items: Sequence[tuple[int, Message]], outcomes: Sequence[Outcome]
-) -> list[tuple[int, str, int | None, str | None]]:
+) -> list[tuple[int, str, int | None, str | None, str | None]]:
     return [
-        (delivery, o.status, o.version, o.reason)
+        (delivery, o.status, o.version, o.reason, type(o.error).__name__ if o.error else None)
         for (delivery, _), o in zip(items, outcomes, strict=True)
     ]
 
@@ -166,8 +245,9 @@ def work(config: WorkerConfig, inbox: Connection, outbox: Connection) -> None:
     worker = _Worker(config, outbox)
     try:
         while (task := inbox.recv()) is not None:
-            worker.run_chunk(*task)
+            worker.run_task(*task)
     finally:
         logging.getLogger("streamstone_py").removeHandler(worker.ambiguity)
         hooks.in_handler = None
         worker.client.close()
+        worker.plain.close()
