@@ -24,11 +24,11 @@ The workload also reaches where a short chunk over many keys never goes:
   ``ledger_v2``, whose state class dropped a field and gained one.
 
 Retention must not refuse a message that was never stored, and the oracle
-must know every version a retain removes. So the coordinator picks the
-retain's time limit below the ``sent_at`` of every message not yet
-acknowledged as stored, and reads the key's versions just before: a version
-committed later belongs to a message that was not acknowledged then, so it
-is younger than the limit and stays.
+must know every version a retain removes. So the coordinator reads the key's
+versions, then picks the retain's time limit below the ``sent_at`` of every
+message still to be delivered and not in that read (under the state
+strategy: not acknowledged either): a version committed after the read
+belongs to such a message, so it is younger than the limit and stays.
 """
 
 from __future__ import annotations
@@ -364,13 +364,13 @@ class _Coordinator:
         mode = "batch" if self.random.random() < self.config.batch_share else "single"
         if draw > 1 - self.config.long_share:
             messages = self._long()
-            mode = "batch"
+            mode = "long"
         else:
             messages = self.log.take(self.random.randint(1, self.config.chunk))
         if not messages:
             return
         self.chunk += 1
-        self.report.chunks[mode] += 1
+        self.report.chunks["single" if mode == "single" else "batch"] += 1
         self.report.v2_chunks += self.version == 2
         task = []
         for message in messages:
@@ -403,19 +403,24 @@ class _Coordinator:
     def _retain(self, handle: _Handle) -> bool:
         """Ask ``handle`` to retain a key; False if its versions could not be read first."""
         key = self.random.choice(self.log.keys)
-        now = datetime.now(UTC)
-        waiting = [*self.log.pending, *(m for _, m in self.log.held)]
-        waiting += [m for h in self.handles for m in h.inflight.values()]
-        sent = [
-            datetime.fromisoformat(m.headers["sent_at"])
-            for m in waiting
-            if m.key == key and m.id not in self.settled
-        ]
-        limit = min([now, *sent]) - RETAIN_MARGIN
         try:
             self._snapshot(key)
         except (AzureError, StreamstoneError):
             return False
+        now = datetime.now(UTC)
+        waiting = [*self.log.pending, *(m for _, m in self.log.held)]
+        waiting += [m for h in self.handles for m in h.inflight.values()]
+        # Under outbox, retention must keep what is stored and not dispatched
+        # (issue 11, case 5), so only messages not stored hold the limit back;
+        # under state it cannot know what was published, so every message
+        # not acknowledged does.
+        stored = {i for i, _ in self.seen[key].values()} if key.startswith("outbox-") else set()
+        sent = [
+            datetime.fromisoformat(m.headers["sent_at"])
+            for m in waiting
+            if m.key == key and m.id not in self.settled and m.id not in stored
+        ]
+        limit = min([now, *sent]) - RETAIN_MARGIN
         self.chunk += 1
         self.report.retains += 1
         keep_last = self.random.choice((None, 0, 1, 2, 5))

@@ -33,6 +33,7 @@ CRASH_AFTER_CALL = "crash after a storage call"
 CRASH_BEFORE_PUBLISH = "crash between store and publish"
 CRASH_MID_PUBLISH = "crash halfway through publishing"
 CRASH_IN_HANDLER = "crash inside the handler"
+CRASH_IN_RETAIN = "crash during retention"
 CONNECTION_ERROR = "connection error before sending"
 RESPONSE_DROPPED = "response dropped after reaching Azurite"
 
@@ -42,6 +43,7 @@ KINDS = (
     CRASH_BEFORE_PUBLISH,
     CRASH_MID_PUBLISH,
     CRASH_IN_HANDLER,
+    CRASH_IN_RETAIN,
     CONNECTION_ERROR,
     RESPONSE_DROPPED,
 )
@@ -54,6 +56,8 @@ DEFAULT_RATES: dict[str, float] = {
     CRASH_BEFORE_PUBLISH: 0.06,
     CRASH_MID_PUBLISH: 0.07,
     CRASH_IN_HANDLER: 0.025,
+    # per request of a retain, so several requests into a truncation too
+    CRASH_IN_RETAIN: 0.08,
     CONNECTION_ERROR: 0.02,
     RESPONSE_DROPPED: 0.02,
 }
@@ -83,6 +87,8 @@ class Injector:
         self.seed = str(seed)
         self.rates = rates
         self.counts: Counter[str] = Counter()
+        #: Set while a retain runs: its requests may crash (CRASH_IN_RETAIN).
+        self.retaining = False
         self._asked: Counter[tuple[str, str]] = Counter()
         # Parallel reads send from a thread pool.
         self._lock = threading.Lock()
@@ -113,6 +119,8 @@ class ChaosTransport(DelegatingTransport):
     def send(self, request: Any, **kwargs: Any) -> Any:
         url = urlsplit(request.url)
         site = f"{request.method} {url.path}?{url.query}"  # not the port: it differs per run
+        if self.injector.retaining:
+            self.injector.crash(CRASH_IN_RETAIN, site)
         if self.injector.roll(CONNECTION_ERROR, site):
             raise ServiceRequestError("injected: connection failed before sending")
         response = self.inner.send(request, **kwargs)

@@ -154,6 +154,7 @@ def _check_key(
                 f"order: {message_id!r} is version {version} of {key!r}, reported as {wrong}"
             )
     steps = fold(order)
+    differ = []
     for (version, message_id, state), step in zip(history, steps, strict=False):
         if step.failure is not None:
             violations.append(
@@ -161,9 +162,15 @@ def _check_key(
                 f"serial fold raises there ({step.failure})"
             )
         if not _same(state, step.state):
-            violations.append(f"state: version {version} ({message_id!r}) of {key!r} differs")
+            differ.append((version, message_id))
         for output in step.outputs:
             expected[output.id] = output.encode()
+    if differ:  # one wrong state makes every later one differ: name the first
+        version, message_id = differ[0]
+        violations.append(
+            f"state: version {version} ({message_id!r}) of {key!r} differs"
+            + (f", and {len(differ) - 1} versions after it" if len(differ) > 1 else "")
+        )
     final = steps[-1].state if steps else None
     if not _same(found.header_state, final):
         violations.append(f"state: the newest state of {key!r} differs from the serial fold")

@@ -159,6 +159,7 @@ class _Worker:
         at = datetime.fromisoformat(now)
         processor = self._processor(strategy_of(key), version, clock=lambda: at)
         older_than = at - datetime.fromisoformat(limit)
+        self.injector.retaining = True
         try:
             removed = processor.retain(key, keep_last=keep_last, older_than=older_than)
         except Crash as crash:
@@ -171,6 +172,8 @@ class _Worker:
             self.send("error", chunk, traceback.format_exc())
             self._fresh()
             return
+        finally:
+            self.injector.retaining = False
         self.send("retained", chunk, key, removed, None)
 
     def _crashed(self, chunk: int, crash: Crash) -> None:
@@ -204,7 +207,17 @@ class _Worker:
         for key, items in groups.items():
             processor = self.processors[strategy_of(key), version]
             try:
-                if mode == "batch":
+                if mode == "long":
+                    # A crash inside the handler, drawn per message, would end
+                    # nearly every long chunk before its write could split.
+                    hooks.in_handler = None
+                    try:
+                        outcomes = processor.process_batch(key, [m for _, m in items])
+                    finally:
+                        hooks.in_handler = self._in_handler
+                    self._probe(outcomes)
+                    self.send("ack", chunk, _acks(items, outcomes))
+                elif mode == "batch":
                     outcomes = processor.process_batch(key, [m for _, m in items])
                     self._probe(outcomes)
                     self.send("ack", chunk, _acks(items, outcomes))
