@@ -166,7 +166,10 @@ class Stream:
         A write of more than 99 rows, or over 4 MiB, is split into consecutive
         transactions, each conditional on the header of the one before: it is
         atomic per transaction only. If a later transaction fails, the error's
-        ``committed`` holds what the earlier ones stored.
+        ``committed`` holds what the earlier ones stored. A header that carries
+        a snapshot of the stream should take it from each event's
+        ``stream_properties``: then every committed transaction's header
+        matches the events it stored.
         """
         partition = target.partition if isinstance(target, Stream) else target
         return run(partition, _operations.write_to(target, events, expected_version, track_changes))
