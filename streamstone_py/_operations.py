@@ -58,6 +58,7 @@ from ._values import (
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_OPERATIONS",
+    "check_write",
     "exists",
     "find",
     "open_stream",
@@ -499,6 +500,14 @@ def _check_events(events: Sequence[EventData]) -> None:
             if event.id in seen:
                 raise ValueError(f"event id {event.id!r} appears twice in one write")
             seen.add(event.id)
+
+
+def check_write(
+    stream: _stream.Stream, events: Sequence[EventData], track_changes: bool = True
+) -> None:
+    """Raise what ``write`` would raise for these events before sending anything."""
+    _check_events(events)
+    _plan(stream, events, track_changes)
 
 
 def _map_transaction_error(

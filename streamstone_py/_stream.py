@@ -175,6 +175,17 @@ class Stream:
         return run(partition, _operations.write_to(target, events, expected_version, track_changes))
 
     @staticmethod
+    def check_write(stream: Stream, *events: EventData, track_changes: bool = True) -> None:
+        """Raise the ``ValueError`` or ``TypeError`` that writing ``events`` after
+        ``stream`` would raise (a bad id or row key, an entity or an event over
+        Azure's limits), without sending anything.
+
+        Storage outcomes (conflicts, duplicates) are not predicted: only what
+        the write refuses before its first request.
+        """
+        _operations.check_write(stream, events, track_changes)
+
+    @staticmethod
     def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:
         """Read up to ``slice_size`` events from ``start_version`` on, in version order.
 
