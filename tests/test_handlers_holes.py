@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from azure.data.tables import TableClient
+from azure.data.tables import TableClient, UpdateMode
 
 from handlers import (
     DuplicateOutsideWindowError,
@@ -24,6 +24,7 @@ from handlers import (
     StateStore,
     handler,
 )
+from handlers._codec import digest, pack
 from handlers._store import StoredVersion
 from streamstone_py import Partition, Stream
 from tests.faults import Crash, CrashingTransport, FaultPlan, FaultyTransport
@@ -515,3 +516,27 @@ def test_a_clock_in_another_time_zone_gives_replays_the_same_instant(
     naive = Processor(stamp, table, InMemoryPublisher(), clock=lambda: datetime(2026, 5, 1))
     with pytest.raises(ValueError, match="clock returned a naive datetime"):
         naive.process(Message("s2", game, "Stamp"))
+
+
+def test_a_version_stored_before_ids_named_the_key_replays_with_its_own_ids(
+    table: TableClient, game: str
+) -> None:
+    p = make(table, "state")
+    message = Message("m-1", game, "Add", {})
+    first = p.process(message)
+    # Rewrite the stored version as the previous release wrote it: no IdScheme
+    # column, and the digest of outputs whose ids were derived without the key.
+    old = HandlerContext(message, handler="Tally", now=datetime(2026, 1, 1), id_scheme=1)
+    tally.apply(Tally(), message, old)
+    row_key = "Tally|SS-SE-0000000001"
+    entity = table.get_entity(game, row_key)
+    del entity["IdScheme"]
+    entity["Digest"] = digest(pack([o.encode() for o in old.outputs]))
+    table.update_entity(entity, mode=UpdateMode.REPLACE)
+
+    publisher = InMemoryPublisher()
+    again = make(table, "state", publisher).process(message)
+
+    assert (again.status, again.version) == ("duplicate", 1)
+    assert [o.id for o in again.outputs] == [o.id for o in old.outputs]
+    assert [o.id for o in again.outputs] != [o.id for o in first.outputs]
