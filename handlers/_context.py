@@ -19,6 +19,10 @@ T = TypeVar("T")
 
 #: The namespace of every id a context derives (uuid5 of the message id and a counter).
 NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://streamstone-py/handlers")
+#: How ids are derived: 1 = handler, message id, counter; 2 (current) adds the key,
+#: since a message id need only be unique per key. Each stored version records
+#: its scheme, so a duplicate of an older version is replayed with the old one.
+ID_SCHEME: Final = 2
 
 
 class HandlerContext:
@@ -28,8 +32,8 @@ class HandlerContext:
     first processing and stored with the new state, so handling a duplicate
     again gives byte-identical outputs in any process:
 
-    - :meth:`new_uuid` / :meth:`new_id`: uuid5 of the handler, the message id
-      and a counter.
+    - :meth:`new_uuid` / :meth:`new_id`: uuid5 of the handler, the message's
+      key and id, and a counter.
     - :meth:`random`: a ``random.Random`` seeded from the message id.
     - :meth:`now`: the time of the first processing.
     - :meth:`capture`: any other environmental value, taken once and replayed.
@@ -44,12 +48,16 @@ class HandlerContext:
         now: datetime,
         captures: Mapping[str, Any] | None = None,
         replay: bool = False,
+        id_scheme: int = ID_SCHEME,
     ) -> None:
+        if id_scheme not in (1, 2):
+            raise ValueError(f"id_scheme must be 1 or 2, got {id_scheme!r}")
         self.message = message
         self._handler = handler
         self._now = now
         self._captures: dict[str, Any] = dict(captures or {})
         self._replay = replay
+        self._id_scheme = id_scheme
         self._counter = 0
         self._outputs: list[Message] = []
         seed = hashlib.sha256(b"random\x00" + message.id.encode("utf-8")).digest()
@@ -58,10 +66,15 @@ class HandlerContext:
     def new_uuid(self) -> uuid.UUID:
         """The next id of this message: the same sequence on every run.
 
-        Derived from the handler's name too, so two handlers that consume the
-        same message never mint the same ids."""
+        Derived from the handler's name and the message's key too, so two
+        handlers that consume the same message, or two keys that reuse a
+        message id, never mint the same ids."""
         self._counter += 1
-        return uuid.uuid5(NAMESPACE, f"{self._handler}\x00{self.message.id}\x00{self._counter}")
+        if self._id_scheme == 1:
+            name = f"{self._handler}\x00{self.message.id}\x00{self._counter}"
+        else:
+            name = f"{self._handler}\x00{self.message.key}\x00{self.message.id}\x00{self._counter}"
+        return uuid.uuid5(NAMESPACE, name)
 
     def new_id(self) -> str:
         return str(self.new_uuid())
@@ -114,3 +127,7 @@ class HandlerContext:
     @property
     def captures(self) -> dict[str, Any]:
         return dict(self._captures)
+
+    @property
+    def id_scheme(self) -> int:
+        return self._id_scheme

@@ -3,7 +3,10 @@ however often it is delivered.
 
 ``process_batch(key, messages)`` reads the key's stream once (its header holds
 the newest state), folds the messages in memory, writes all new versions in
-one conditional transaction (split only when too large), and publishes last:
+one conditional transaction (split only when too large; then each
+transaction's header holds the state as of its own last message, so a batch
+cut short leaves a header that agrees with what is stored), and publishes
+last:
 
 - a message already stored is found by the write itself (its id row exists):
   the processor loads the state from just before it was first processed,
@@ -11,7 +14,11 @@ one conditional transaction (split only when too large), and publishes last:
   the recorded digest, and republishes them (outbox strategy: it republishes
   the stored outputs if they were not dispatched yet, else nothing);
 - a rival writer (another worker with the same key) makes the write fail
-  with a conflict before anything is published: reload and fold again;
+  with a conflict before anything is published: reload and fold again,
+  keeping what earlier transactions of a split write committed;
+- a handler that fails on the newest state may be failing on a duplicate
+  whose original is stored: the id is looked up first, and a stored message
+  is replayed on the state before its original;
 - publishing comes last, so a crash before it leaves a stored state whose
   outputs the redelivered message republishes, and never a published output
   whose state is absent.
@@ -34,6 +41,7 @@ from streamstone_py import (
     ConcurrencyConflictError,
     DuplicateEventError,
     EventData,
+    IncludedOperationConflictError,
     RetryPolicy,
     Stream,
     StreamstoneError,
@@ -54,7 +62,7 @@ from ._handler import Handler
 from ._lifecycle import Receive, ReceiveState
 from ._message import Message
 from ._publish import Publisher
-from ._store import STATE, WATERMARK, StateStore, StoredVersion
+from ._store import ID_SCHEME, STATE, WATERMARK, StateStore, StoredVersion
 
 __all__ = ["LoadedState", "Outcome", "Processor", "ProcessorStats"]
 
@@ -121,7 +129,6 @@ class _Step:
 class _Plan:
     steps: list[_Step]
     events: list[EventData]
-    state: bytes
 
 
 def _utcnow() -> datetime:
@@ -168,6 +175,16 @@ class Processor(Generic[S]):
         self.late_duplicates = late_duplicates
         self.store = store or StateStore(table, handler.name, self.retry)
         self.stats = ProcessorStats()
+
+    def _now(self) -> datetime:
+        """The clock in UTC: a replay compares what the first run stored, in UTC."""
+        now = self.clock()
+        if not isinstance(now, datetime) or now.utcoffset() is None:
+            raise ValueError(
+                f"the processor's clock returned a naive datetime {now!r}; "
+                "give a clock with a time zone, such as lambda: datetime.now(UTC)"
+            )
+        return now.astimezone(UTC)
 
     # --- loading --------------------------------------------------------------
 
@@ -252,6 +269,7 @@ class Processor(Generic[S]):
             now=original.now,
             captures=original.captures,
             replay=True,
+            id_scheme=original.id_scheme,
         )
         try:
             after = self._invoke(before, message, context)
@@ -264,9 +282,29 @@ class Processor(Generic[S]):
             raise NonDeterministicHandlerError(
                 self.handler.name, message.id, "output digest differs"
             )
-        if after != original.state:
+        # Both through the current state class: a field added with a default, or
+        # removed, since the original was stored is not a difference in behaviour.
+        if after != original.state and after != self._current(original.state):
             raise NonDeterministicHandlerError(self.handler.name, message.id, "new state differs")
         return _Step(message, "duplicate", version=original.version, outputs=outputs)
+
+    def _current(self, state: bytes) -> bytes:
+        return self.handler.encode_state(self.handler.decode_state(state))
+
+    def _stored_original(self, key: str, message: Message) -> _Step | BaseException | None:
+        """A message whose handler failed on the newest state: is it a duplicate?
+
+        Duplicates are found when the write fails, so a stored message whose
+        handler now fails (its original's effects changed the state) is
+        looked up before it is abandoned, and replayed if it is stored.
+        """
+        if self.store.find(self.store.partition(key), message.id) is None:
+            return None
+        return self._replay_or_error(key, message)
+
+    @staticmethod
+    def _stored_step(message: Message, found: _Step | BaseException) -> _Step:
+        return found if isinstance(found, _Step) else _Step(message, "abandoned", error=found)
 
     def _replay_window(
         self, key: str, unresolved: Sequence[Message], anchor: str
@@ -355,6 +393,7 @@ class Processor(Generic[S]):
     ) -> _Plan:
         state = self._header_state(stream if not stream.is_transient else None)
         watermark = stream.properties.get(WATERMARK)
+        header = {WATERMARK: watermark} if watermark is not None else {}
         version = stream.version
         steps: list[_Step] = []
         events: list[EventData] = []
@@ -374,32 +413,22 @@ class Processor(Generic[S]):
                 steps.append(_Step(message, "duplicate", earlier.version, outputs))
                 continue
             found = stored.get(message.id)
-            if isinstance(found, BaseException):
-                steps.append(_Step(message, "abandoned", error=found))
-                if isinstance(found, NonDeterministicHandlerError):
-                    stopped = f"an earlier message of key {key!r} failed: {found}"
-                continue
-            if found is not None:
-                steps.append(found)
-                seen[message.id] = found
-                continue
-            late = self._late(message, watermark)
+            late = self._late(message, watermark) if found is None else None
             if late is not None:
                 # Sent before the watermark: a duplicate whose record is kept is
                 # still handled as one; only a forgotten id is refused.
-                if self.store.find(self.store.partition(key), message.id) is None:
+                found = self._stored_original(key, message)
+                if found is None:
                     steps.append(_Step(message, "abandoned", error=late))
                     continue
-                try:
-                    stored[message.id] = self._replay(key, message)
-                except HandlerError as exc:
-                    stored[message.id] = exc
-                found = stored[message.id]
-                step = (
-                    found if isinstance(found, _Step) else _Step(message, "abandoned", error=found)
-                )
+                stored[message.id] = found
+            if found is not None:
+                step = self._stored_step(message, found)
                 steps.append(step)
-                seen[message.id] = step
+                if isinstance(found, NonDeterministicHandlerError):
+                    stopped = f"an earlier message of key {key!r} failed: {found}"
+                elif isinstance(found, _Step):
+                    seen[message.id] = step
                 continue
             try:
                 EventData(id=message.id)  # the id must be storable as a row key
@@ -407,34 +436,69 @@ class Processor(Generic[S]):
                 reason = f"message id {message.id!r} cannot be stored: {exc}"
                 steps.append(_Step(message, "abandoned", error=HandlerError(reason)))
                 continue
-            context = HandlerContext(message, handler=self.handler.name, now=self.clock())
+            context = HandlerContext(message, handler=self.handler.name, now=self._now())
             try:
-                state = self._invoke(state, message, context)
+                after = self._invoke(state, message, context)
             except HandlerError as exc:
-                steps.append(_Step(message, "abandoned", error=exc))
-                stopped = f"an earlier message of key {key!r} failed: {exc}"
+                found = self._stored_original(key, message)
+                if found is None:
+                    steps.append(_Step(message, "abandoned", error=exc))
+                    stopped = f"an earlier message of key {key!r} failed: {exc}"
+                    continue
+                stored[message.id] = found
+                steps.append(self._stored_step(message, found))
+                if isinstance(found, _Step):
+                    seen[message.id] = found
                 continue
+            try:
+                event = self._event(stream, message, context, after, header)
+            except (ValueError, TypeError) as exc:
+                # Its version cannot be stored (a capture, an id or outputs over the
+                # table's limits): the same on every delivery, so only it is dropped.
+                reason = f"message {message.id!r} cannot be stored: {exc}"
+                steps.append(_Step(message, "abandoned", error=HandlerError(reason)))
+                continue
+            state = after
             version += 1
+            events.append(event)
             outputs = context.outputs
-            encoded_outputs = pack([o.encode() for o in outputs])
-            properties: dict[str, Any] = {
-                "MessageType": message.type,
-                "Now": context.now(),
-                "Digest": digest(encoded_outputs),
-                **split_binary(STATE, state),
-            }
-            if context.captures:
-                properties["Captures"] = pack(context.captures)
-            includes = []
-            if self.strategy == "outbox":
-                includes.append(
-                    self.store.outbox_include(message.id, split_binary("Outputs", encoded_outputs))
-                )
-            events.append(EventData(id=message.id, properties=properties, includes=includes))
             step = _Step(message, "completed", version, outputs, dispatch=self.strategy == "outbox")
             steps.append(step)
             seen[message.id] = step
-        return _Plan(steps, events, state)
+        return _Plan(steps, events)
+
+    def _event(
+        self,
+        stream: Stream,
+        message: Message,
+        context: HandlerContext,
+        state: bytes,
+        header: dict[str, Any],
+    ) -> EventData:
+        """The stored version of a processed message, checked against the table's limits."""
+        encoded_outputs = pack([o.encode() for o in context.outputs])
+        properties: dict[str, Any] = {
+            "MessageType": message.type,
+            "Now": context.now(),
+            "Digest": digest(encoded_outputs),
+            ID_SCHEME: context.id_scheme,
+            **split_binary(STATE, state),
+        }
+        if context.captures:
+            properties["Captures"] = pack(context.captures)
+        includes = []
+        if self.strategy == "outbox":
+            includes.append(
+                self.store.outbox_include(message.id, split_binary("Outputs", encoded_outputs))
+            )
+        event = EventData(
+            id=message.id,
+            properties=properties,
+            includes=includes,
+            stream_properties={**header, **split_binary(STATE, state)},
+        )
+        Stream.check_write(stream, event)
+        return event
 
     # --- processing ------------------------------------------------------------
 
@@ -471,23 +535,23 @@ class Processor(Generic[S]):
                 plan = self._fold(key, messages, stream, stored)
                 if not plan.events:
                     break
-                header = (
-                    {WATERMARK: stream.properties[WATERMARK]}
-                    if WATERMARK in stream.properties
-                    else {}
-                )
                 try:
-                    self.store.write(
-                        stream.with_properties({**header, **split_binary(STATE, plan.state)}),
-                        plan.events,
-                    )
+                    self.store.write(stream, plan.events)
                     break
                 except DuplicateEventError as exc:
                     # Stored before (an earlier delivery or a rival): resolve it and
                     # the batch's other stored messages as duplicates.
+                    self._keep_committed(exc, plan, stored)
                     unresolved = list({m.id: m for m in messages if m.id not in stored}.values())
                     stored.update(self._replay_window(key, unresolved, exc.id))
-                except ConcurrencyConflictError:
+                except IncludedOperationConflictError as exc:
+                    self._keep_committed(exc, plan, stored)
+                    found = self._outbox_owner(key, messages, exc)
+                    if found is None:
+                        raise
+                    stored[found.id] = self._replay_or_error(key, found)
+                except ConcurrencyConflictError as exc:
+                    self._keep_committed(exc, plan, stored)
                     conflicts += 1
                     self.stats.conflicts_retried += 1
                     if conflicts >= self.max_attempts:
@@ -505,6 +569,46 @@ class Processor(Generic[S]):
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, receives, plan, exc)
         return self._finish(messages, receives, plan, None)
+
+    @staticmethod
+    def _keep_committed(
+        error: DuplicateEventError | ConcurrencyConflictError | IncludedOperationConflictError,
+        plan: _Plan,
+        stored: dict[str, _Step | BaseException],
+    ) -> None:
+        """Earlier transactions of a split write committed: those messages are done.
+
+        Their header holds the state after them, so the next fold starts there
+        and reports them as completed by this call, with their outputs.
+        """
+        if error.committed is None:
+            return
+        ids = {e.id for e in error.committed.events}
+        for step in plan.steps:
+            if step.status == "completed" and step.message.id in ids:
+                stored[step.message.id] = step
+
+    def _outbox_owner(
+        self, key: str, messages: Sequence[Message], error: IncludedOperationConflictError
+    ) -> Message | None:
+        """The message whose outbox row already exists, if that is what failed.
+
+        An outbox row outlives its version when retention was interrupted by an
+        older release: its message was processed, so it is a duplicate.
+        """
+        if self.strategy != "outbox" or error.operation != "insert":
+            return None
+        row_key = error.entity.get("RowKey")
+        for message in messages:
+            if self.store.outbox_row_key(message.id) == row_key:
+                return message
+        return None
+
+    def _replay_or_error(self, key: str, message: Message) -> _Step | BaseException:
+        try:
+            return self._replay(key, message)
+        except HandlerError as exc:
+            return exc
 
     def _finish(
         self,
@@ -551,53 +655,93 @@ class Processor(Generic[S]):
     ) -> int:
         """Remove old versions of a key's stream; the newest state always stays.
 
-        Keeps the ``keep_last`` newest versions, and every version processed
-        less than ``older_than`` ago (either bound alone, or both: a version
-        stays if either keeps it). Outbox rows of removed versions go too.
-        Returns how many versions were removed. Ids of removed versions no
-        longer detect duplicates: the header's ``Watermark`` records the
-        newest removed ``Now``, and a message whose ``sent_at`` header is not
-        after it is refused (``late_duplicates="refuse"``) or handled as new.
+        ``keep_last=N`` answers the duplicates of the last ``N`` messages, and
+        ``older_than`` those of every message processed less than that long
+        ago (either bound alone, or both: a version stays if either keeps it).
+        The state strategy replays a duplicate on the state before its
+        original, so it also keeps the version before the oldest one answered
+        (a duplicate of that version itself is refused as outside the window).
+        The outbox strategy never removes a version whose outputs were not
+        dispatched yet, nor any version after it. Outbox rows of removed
+        versions go first, then the versions (``Stream.truncate``).
+
+        Returns how many versions this call removed. An interrupted call is
+        finished by calling again. Ids of removed versions no longer detect
+        duplicates: the header's ``Watermark`` records the newest removed
+        ``Now``, and a message whose ``sent_at`` header is not after it is
+        refused (``late_duplicates="refuse"``) or handled as new.
         """
         if keep_last is None and older_than is None:
             raise ValueError("give keep_last, older_than, or both")
-        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 0):
+        if keep_last is not None and (
+            not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 0
+        ):
             raise ValueError(f"keep_last must be an int >= 0, got {keep_last!r}")
+        if older_than is not None and (
+            not isinstance(older_than, timedelta) or older_than < timedelta(0)
+        ):
+            raise ValueError(f"older_than must be a timedelta >= 0, got {older_than!r}")
         partition = self.store.partition(key)
         stream = self.store.open(partition)
         if stream is None:
             return 0
         first = stream.first_version
+        removed = self._removable(key, stream, keep_last, older_than)
+        if removed:
+            self._raise_watermark(stream, max(r.now for r in removed))
+            if self.strategy == "outbox":
+                # Before the versions: once their ids are gone, these rows could
+                # no longer be found, and would outlive them.
+                self.store.delete_outbox(partition, [r.message_id for r in removed])
+            cut = removed[-1].version + 1
+        else:
+            cut = first
+        if cut > 1:
+            # Also sweeps what an interrupted call left below the header's cut.
+            self.store.truncate(stream, max(cut, stream.first_version))
+        return len(removed)
+
+    def _removable(
+        self,
+        key: str,
+        stream: Stream,
+        keep_last: int | None,
+        older_than: timedelta | None,
+    ) -> list[StoredVersion]:
+        """The versions retention may remove now, oldest first: ``[first, cut)``."""
+        first = stream.first_version
         cut = stream.version + 1
         if keep_last is not None:
             cut = min(cut, max(first, stream.version - keep_last + 1))
-        removed: list[StoredVersion] = []
-        if cut > first:
-            page = self.store.read(partition, first, cut - first)
-            removed = [StoredVersion.from_event(e) for e in page.events]
+        if cut <= first:
+            return []
+        partition = self.store.partition(key)
+        page = self.store.read(partition, first, cut - first)
+        candidates = [StoredVersion.from_event(e) for e in page.events]
         if older_than is not None:
-            limit = self.clock() - older_than
-            young = [r.version for r in removed if r.now >= limit]
+            limit = self._now() - older_than
+            young = [r.version for r in candidates if r.now >= limit]
             if young:
-                cut = min(young)
-            removed = [r for r in removed if r.version < cut]
-        if not removed:
-            return 0
-        watermark = max(r.now for r in removed)
+                cut = min(cut, min(young))
+        if self.strategy == "state" and cut <= stream.version:
+            cut -= 1  # the oldest answered duplicate is replayed on this version's state
+        if self.strategy == "outbox" and candidates:
+            pending = self.store.undispatched(partition)
+            held = [r.version for r in candidates if r.message_id in pending]
+            if held:
+                cut = min(cut, min(held))
+        return [r for r in candidates if r.version < cut]
+
+    def _raise_watermark(self, stream: Stream, watermark: datetime) -> None:
+        partition = stream.partition
         while True:
             previous = stream.properties.get(WATERMARK)
             if isinstance(previous, datetime) and previous >= watermark:
-                break
+                return
             try:
-                stream = self.store.set_properties(
-                    stream, {**stream.properties, WATERMARK: watermark}
-                )
-                break
+                self.store.set_properties(stream, {**stream.properties, WATERMARK: watermark})
+                return
             except ConcurrencyConflictError:
                 reopened = self.store.open(partition)
                 assert reopened is not None
                 stream = reopened
-        self.store.truncate(stream, cut)
-        if self.strategy == "outbox":
-            self.store.delete_outbox(partition, [r.message_id for r in removed])
-        return len(removed)

@@ -3,12 +3,15 @@
 Layout of the stream ``{key}|{handler}`` (a virtual partition of PartitionKey
 ``key``), one event per processed message, its id the message id:
 
-- event properties: ``MessageType``, ``Now`` (captured at first processing),
-  ``Captures`` (msgpack, when the handler captured anything), ``Digest``
-  (SHA-256 of the outputs), and the state after the message, split over
-  ``State_00``... by :func:`streamstone_py.split_binary`;
-- header properties: the newest state (the same split), and ``Watermark``
-  once retention removed versions (the newest ``Now`` it removed);
+- event properties: ``MessageType``, ``Now`` (captured at first processing,
+  in UTC), ``Captures`` (msgpack, when the handler captured anything),
+  ``Digest`` (SHA-256 of the outputs), ``IdScheme`` (how output ids were
+  derived), and the state after the message, split over ``State_00``... by
+  :func:`streamstone_py.split_binary`;
+- header properties: the state after the newest stored version (the same
+  split; every transaction of a split write stores the state as of its own
+  last event), and ``Watermark`` once retention removed versions (the newest
+  ``Now`` it removed);
 - outbox strategy: one include row ``{handler}|OB-{message id}`` per message,
   holding its encoded outputs until they are dispatched.
 
@@ -44,6 +47,8 @@ __all__ = ["OutboxRecord", "StateStore", "StoredVersion"]
 
 STATE: Final = "State"
 WATERMARK: Final = "Watermark"
+#: The event property naming how its output ids were derived (absent: scheme 1).
+ID_SCHEME: Final = "IdScheme"
 OUTBOX_PREFIX: Final = "OB-"
 
 
@@ -57,6 +62,7 @@ class StoredVersion:
     captures: dict[str, Any]
     digest: str
     state: bytes
+    id_scheme: int = 1
 
     @classmethod
     def from_event(cls, event: RecordedEvent) -> StoredVersion:
@@ -64,8 +70,10 @@ class StoredVersion:
         now = props["Now"]
         digest = props["Digest"]
         captures = props.get("Captures")
+        id_scheme = props.get(ID_SCHEME, 1)
         assert isinstance(now, datetime)
         assert isinstance(digest, str)
+        assert isinstance(id_scheme, int)
         return cls(
             version=event.version,
             message_id=event.id or "",
@@ -73,6 +81,7 @@ class StoredVersion:
             captures=unpack(captures) if isinstance(captures, bytes) else {},
             digest=digest,
             state=join_binary(STATE, props),
+            id_scheme=id_scheme,
         )
 
 
@@ -122,6 +131,20 @@ class StateStore:
         return Include.insert(
             {"RowKey": self.outbox_row_key(message_id), "Dispatched": False, **outputs}
         )
+
+    def undispatched(self, partition: Partition) -> set[str]:
+        """The message ids whose outbox rows still hold outputs (one range query)."""
+        prefix = self.outbox_row_key("")
+        found = self.table.query_entities(
+            "PartitionKey eq @pk and RowKey ge @first and RowKey lt @end and Dispatched eq false",
+            parameters={
+                "pk": partition.partition_key,
+                "first": prefix,
+                "end": prefix[:-1] + chr(ord(prefix[-1]) + 1),
+            },
+            select=["RowKey"],
+        )
+        return {str(row["RowKey"])[len(prefix) :] for row in found}
 
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
         """Replace outbox rows by a bare ``Dispatched`` flag; rows already gone are skipped."""

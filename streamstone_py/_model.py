@@ -165,11 +165,20 @@ class EventData:
     never stores two events with the same id. ``properties`` are stored as the
     event row's columns (str, int, float, bool, bytes, timezone-aware datetime
     or UUID). ``includes`` are written in the same transaction.
+
+    ``stream_properties`` (optional) are the stream header's properties as of
+    this event, for a header that carries a snapshot of the stream. The
+    transaction that stores this event writes them into the header, and they
+    stay until a later event of the write gives its own. A write split over
+    several transactions therefore never commits a header that is ahead of
+    the events it committed. Without them the header keeps the properties of
+    the ``Stream`` the write was given.
     """
 
     id: str | None
     properties: Mapping[str, PropertyValue]
     includes: tuple[Include, ...]
+    stream_properties: Mapping[str, PropertyValue] | None
     _table_properties: Mapping[str, Any] = field(repr=False, compare=False)
 
     def __init__(
@@ -177,16 +186,25 @@ class EventData:
         id: str | None = None,
         properties: Mapping[str, PropertyValue] | None = None,
         includes: Sequence[Include] = (),
+        *,
+        stream_properties: Mapping[str, PropertyValue] | None = None,
     ) -> None:
         if id is not None:
             check_key("event id", id)
         converted = convert_properties(properties or {}, RESERVED_NAMES, "event")
+        if stream_properties is not None:
+            convert_properties(stream_properties, RESERVED_NAMES, "stream")
         for include in includes:
             if not isinstance(include, Include):
                 raise TypeError(f"includes must be Include values, got {include!r}")
         object.__setattr__(self, "id", id)
         object.__setattr__(self, "properties", freeze(properties))
         object.__setattr__(self, "includes", tuple(includes))
+        object.__setattr__(
+            self,
+            "stream_properties",
+            None if stream_properties is None else freeze(stream_properties),
+        )
         object.__setattr__(self, "_table_properties", freeze(converted))
 
 

@@ -58,6 +58,7 @@ from ._values import (
 __all__ = [
     "MAX_BATCH_BYTES",
     "MAX_BATCH_OPERATIONS",
+    "check_write",
     "exists",
     "find",
     "open_stream",
@@ -400,6 +401,8 @@ class _Chunk:
     includes: list[Include] = field(default_factory=list)
     count: int = 0
     payload: int = 0
+    #: The header's properties once this transaction commits.
+    header_properties: Mapping[str, Any] = field(default_factory=dict)
 
     def add_includes(self, partition_key: str, track_changes: bool) -> None:
         """Append the include operations after the event rows, as Streamstone orders them."""
@@ -432,21 +435,28 @@ def _event_operations(
     return ops, roles
 
 
-def _plan(
-    stream: _stream.Stream, events: Sequence[EventData], header_payload: int, track_changes: bool
-) -> list[_Chunk]:
+def _plan(stream: _stream.Stream, events: Sequence[EventData], track_changes: bool) -> list[_Chunk]:
     """Split the write into transactions of at most 100 operations and 4 MiB.
 
     Each event is measured alone first, so an event that cannot fit any
-    transaction is refused before anything of the write is sent.
+    transaction is refused before anything of the write is sent. The header
+    of each transaction carries the properties in force at its last event.
     """
     op_budget = MAX_BATCH_OPERATIONS - 1  # the header is in every transaction
-    byte_budget = MAX_BATCH_BYTES - header_payload
-    pk = stream.partition.partition_key
-    chunks = [_Chunk()]
+    partition = stream.partition
+    pk = partition.partition_key
+    last_version = stream.version + len(events)
+    properties: Mapping[str, Any] = stream.properties
+    header_payload = payload_size(_header_of(stream, last_version))
+    chunks = [_Chunk(header_properties=properties)]
     for offset, event in enumerate(events):
         version = stream.version + offset + 1
-        ops, roles = _event_operations(stream.partition, version, event)
+        if event.stream_properties is not None:
+            properties = event.stream_properties
+            header_payload = payload_size(
+                _header_entity(partition, last_version, properties, stream.first_version)
+            )
+        ops, roles = _event_operations(partition, version, event)
         includes = fold_includes(event.includes) if track_changes else list(event.includes)
         count = len(ops) + len(includes)
         payload = sum(payload_size(op.entity) for op in ops)
@@ -454,14 +464,17 @@ def _plan(
             entity = include.table_entity(pk)
             check_entity(entity, f"included entity {include.row_key!r}")
             payload += payload_size(entity)
-        if count > op_budget or payload > byte_budget:
+        if count > op_budget or payload + header_payload > MAX_BATCH_BYTES:
             raise ValueError(
                 f"event {event.id or version!r} needs {count} operations and about "
-                f"{payload} bytes; one transaction holds {op_budget} besides the header "
-                f"and {MAX_BATCH_BYTES} bytes"
+                f"{payload + header_payload} bytes with the header; one transaction holds "
+                f"{op_budget} besides the header and {MAX_BATCH_BYTES} bytes"
             )
         chunk = chunks[-1]
-        if chunk.count + count > op_budget or chunk.payload + payload > byte_budget:
+        if (
+            chunk.count + count > op_budget
+            or chunk.payload + payload + header_payload > MAX_BATCH_BYTES
+        ):
             chunk = _Chunk()
             chunks.append(chunk)
         chunk.events.append(event)
@@ -470,6 +483,7 @@ def _plan(
         chunk.includes += event.includes
         chunk.count += count
         chunk.payload += payload
+        chunk.header_properties = properties
     for chunk in chunks:
         chunk.add_includes(pk, track_changes)
     return chunks
@@ -486,6 +500,14 @@ def _check_events(events: Sequence[EventData]) -> None:
             if event.id in seen:
                 raise ValueError(f"event id {event.id!r} appears twice in one write")
             seen.add(event.id)
+
+
+def check_write(
+    stream: _stream.Stream, events: Sequence[EventData], track_changes: bool = True
+) -> None:
+    """Raise what ``write`` would raise for these events before sending anything."""
+    _check_events(events)
+    _plan(stream, events, track_changes)
 
 
 def _map_transaction_error(
@@ -516,14 +538,13 @@ def write(
 ) -> Steps[WriteResult]:
     _check_events(events)
     partition = stream.partition
-    header_payload = payload_size(_header_of(stream))
-    chunks = _plan(stream, events, header_payload, track_changes)
+    chunks = _plan(stream, events, track_changes)
     current = stream
     recorded: list[RecordedEvent] = []
     includes: list[Include] = []
     for chunk in chunks:
         version = current.version + len(chunk.events)
-        header = _header_of(current, version)
+        header = _header_entity(partition, version, chunk.header_properties, current.first_version)
         header_op = (
             TableOperation("create", header)
             if current.etag is None
@@ -556,7 +577,7 @@ def write(
                 kept = None if op.kind == "delete" else new_etag
                 includes.append(Include._applied(role.operation, role.entity, kept))
         current = commit.header or _stream.Stream._stored(
-            partition, commit.etag, version, stream.properties, stream.first_version
+            partition, commit.etag, version, chunk.header_properties, current.first_version
         )
         if current.version != version and chunk is not chunks[-1]:
             # Ours committed, but others appended after it: the rest would interleave.

@@ -166,10 +166,24 @@ class Stream:
         A write of more than 99 rows, or over 4 MiB, is split into consecutive
         transactions, each conditional on the header of the one before: it is
         atomic per transaction only. If a later transaction fails, the error's
-        ``committed`` holds what the earlier ones stored.
+        ``committed`` holds what the earlier ones stored. A header that carries
+        a snapshot of the stream should take it from each event's
+        ``stream_properties``: then every committed transaction's header
+        matches the events it stored.
         """
         partition = target.partition if isinstance(target, Stream) else target
         return run(partition, _operations.write_to(target, events, expected_version, track_changes))
+
+    @staticmethod
+    def check_write(stream: Stream, *events: EventData, track_changes: bool = True) -> None:
+        """Raise the ``ValueError`` or ``TypeError`` that writing ``events`` after
+        ``stream`` would raise (a bad id or row key, an entity or an event over
+        Azure's limits), without sending anything.
+
+        Storage outcomes (conflicts, duplicates) are not predicted: only what
+        the write refuses before its first request.
+        """
+        _operations.check_write(stream, events, track_changes)
 
     @staticmethod
     def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:

@@ -171,6 +171,12 @@ class Stream:
         )
 
     @staticmethod
+    def check_write(stream: StreamHeader, *events: EventData, track_changes: bool = True) -> None:
+        """Refuse what a write would refuse, sending nothing (not a coroutine); see
+        :meth:`streamstone_py.Stream.check_write`."""
+        _operations.check_write(stream, events, track_changes)
+
+    @staticmethod
     async def read(
         partition: Partition, start_version: int = 1, slice_size: int = 1000
     ) -> StreamSlice:

@@ -140,3 +140,47 @@ class AsyncFaultyTransport(AsyncHttpTransport):  # type: ignore[misc]
             response.internal_response.close()
             self.plan.fail(fault)
         return response
+
+
+class Crash(BaseException):
+    """The worker died here: nothing in the code under test may catch it."""
+
+
+class CrashingTransport(DelegatingTransport):
+    """The real transport; the worker dies at one chosen request.
+
+    ``at`` counts the requests that match ``method``/``url_part`` (1 = the
+    first). ``when="before"`` dies before sending it; ``"after"`` lets Azurite
+    apply it and dies before the answer is read. ``armed`` turns counting on.
+    """
+
+    def __init__(
+        self,
+        at: int,
+        when: str = "before",
+        method: str | None = None,
+        url_part: str | None = None,
+    ) -> None:
+        super().__init__()
+        if when not in ("before", "after"):
+            raise ValueError(f"when must be 'before' or 'after', got {when!r}")
+        self.at, self.when = at, when
+        self.fault = Fault("crash", method, url_part)
+        self.seen = 0
+        self.armed = True
+        self.crashed = False
+
+    def send(self, request: Any, **kwargs: Any) -> Any:
+        hit = False
+        if self.armed and not self.crashed and self.fault.matches(request):
+            self.seen += 1
+            hit = self.seen == self.at
+        if hit and self.when == "before":
+            self.crashed = True
+            raise Crash(f"crash before request {self.at} ({request.method})")
+        response = self.inner.send(request, **kwargs)
+        if hit:
+            self.crashed = True
+            response.internal_response.close()
+            raise Crash(f"crash after request {self.at} ({request.method})")
+        return response

@@ -44,10 +44,13 @@ def test_keep_last_removes_older_versions_and_keeps_the_state(
 
     removed = p.retain(game, keep_last=3)
 
-    assert removed == 7
+    # The state strategy keeps the version before the last three: the oldest
+    # of them is replayed on its state.
+    kept = 4 if strategy == "state" else 3
+    assert removed == 10 - kept
     assert p.load_state(game, "x") == newest
     events = Stream.read(p.store.partition(game)).events
-    assert [e.id for e in events] == [m.id for m in messages[-3:]]
+    assert [e.id for e in events] == [m.id for m in messages[-kept:]]
     outbox_rows = sorted(k for k in rows(p.store.partition(game)) if "|OB-" in k)
     if strategy == "outbox":
         assert outbox_rows == sorted(f"ShootingRange|OB-{m.id}" for m in messages[-3:])
@@ -64,10 +67,12 @@ def test_older_than_removes_by_the_time_of_first_processing(
 
     removed = p.retain(game, older_than=timedelta(minutes=4))
 
-    # Kept: the versions processed at minutes 7, 8, 9 and 10 (less than 4 minutes before 10:30).
-    assert removed == 6
+    # Answered: the versions processed at minutes 7, 8, 9 and 10 (less than 4 minutes
+    # before 10:30); the state strategy keeps minute 6 too, the state version 7 needs.
+    first_kept = 5 if strategy == "state" else 6
+    assert removed == first_kept
     assert [e.id for e in Stream.read(p.store.partition(game)).events] == [
-        m.id for m in messages[6:]
+        m.id for m in messages[first_kept:]
     ]
     assert p.retain(game, keep_last=5, older_than=timedelta(minutes=1)) == 0  # keep_last keeps them
 
@@ -78,7 +83,7 @@ def test_late_duplicates_are_refused_or_processed_as_configured(
     p, messages = fill(table, "state", game, 6)
     p.retain(game, keep_last=2)
     watermark = Stream.open(p.store.partition(game)).properties["Watermark"]
-    assert watermark == datetime(2026, 1, 1, 0, 4, tzinfo=UTC)  # the newest removed version's time
+    assert watermark == datetime(2026, 1, 1, 0, 3, tzinfo=UTC)  # the newest removed version's time
 
     old = messages[1]
     stale = Message(old.id, game, old.type, old.body, {"sent_at": "2026-01-01T00:01:00+00:00"})
@@ -89,7 +94,7 @@ def test_late_duplicates_are_refused_or_processed_as_configured(
 
     assert refused.status == "abandoned"
     assert isinstance(refused.error, DuplicateOutsideWindowError)
-    assert "before the retention watermark 2026-01-01T00:04:00+00:00" in str(refused.error)
+    assert "before the retention watermark 2026-01-01T00:03:00+00:00" in str(refused.error)
     assert accepted.status == "completed"
 
     lenient = Processor(shooting_range, table, InMemoryPublisher(), late_duplicates="process")

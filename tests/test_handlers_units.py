@@ -93,11 +93,13 @@ def test_published_outputs_get_derived_ids_and_the_input_key() -> None:
     out = context.publish("Hit", {"n": 1})
     assert (out.key, out.type, out.body) == ("game-7", "Hit", {"n": 1})
     assert context.outputs == (out,)
-    assert out.id == str(
-        uuid.uuid5(
-            uuid.uuid5(uuid.NAMESPACE_URL, "https://streamstone-py/handlers"), "H\x00m-1\x001"
-        )
-    )
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "https://streamstone-py/handlers")
+    assert out.id == str(uuid.uuid5(namespace, "H\x00game-7\x00m-1\x001"))
+    # Versions stored before ids named the key replay with the scheme they were made with.
+    old = HandlerContext(Message("m-1", "game-7", "FireAt"), handler="H", now=NOW, id_scheme=1)
+    assert old.new_id() == str(uuid.uuid5(namespace, "H\x00m-1\x001"))
+    with pytest.raises(ValueError, match="id_scheme must be 1 or 2, got 3"):
+        HandlerContext(Message("m-1", "game-7", "FireAt"), handler="H", now=NOW, id_scheme=3)
 
 
 DETERMINISM_SCRIPT = """

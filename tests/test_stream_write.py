@@ -286,3 +286,60 @@ def test_with_properties_stores_header_properties_with_the_events(partition: Par
         S.write(stream.with_properties({"C": 1}), event("e3"))  # still conditional on the ETag
     with pytest.raises(ValueError, match="reserved"):
         stream.with_properties({"Version": 9})
+
+
+def test_stream_properties_of_an_event_go_into_its_transactions_header(
+    partition: Partition,
+) -> None:
+    # Each event carries the header's snapshot as of itself: N = its version.
+    events = [
+        EventData(id=f"e{i}", properties={"N": i}, stream_properties={"Upto": i})
+        for i in range(1, 81)
+    ]
+    raw(partition).create_entity(  # the second transaction collides with this id row
+        {"PartitionKey": partition.partition_key, "RowKey": "SS-UID-e80", "Version": 999}
+    )
+
+    with pytest.raises(DuplicateEventError) as caught:
+        S.write(Stream(partition, {"Upto": 0}), *events)
+
+    committed = caught.value.committed
+    assert committed is not None
+    assert committed.stream.version == 49
+    # The header holds the snapshot of the last event it stored, not of the whole write.
+    assert dict(committed.stream.properties) == {"Upto": 49}
+    assert rows(partition)["SS-HEAD"] == {"Version": 49, "Upto": 49}
+    assert S.open(partition) == committed.stream
+
+
+def test_stream_properties_carry_forward_and_reach_the_result(partition: Partition) -> None:
+    events = [
+        EventData(id="a", stream_properties={"S": b"after-a"}),
+        EventData(id="b"),  # keeps the snapshot of "a"
+    ]
+    result = S.write(Stream(partition, {"S": b"before"}), *events)
+    assert dict(result.stream.properties) == {"S": b"after-a"}
+    assert rows(partition)["SS-HEAD"] == {"Version": 2, "S": b"after-a"}
+
+    later = S.write(result.stream, EventData(id="c"))  # no snapshot: the header's stay
+    assert dict(later.stream.properties) == {"S": b"after-a"}
+    with pytest.raises(ValueError, match="reserved"):
+        EventData(id="d", stream_properties={"Version": 1})
+
+
+def test_a_large_snapshot_counts_against_every_transaction(partition: Partition) -> None:
+    # Events of ~720 KB and a ~720 KB header snapshot (~960 KB each on the wire, as
+    # base64): 4 MiB holds the header and three such events, so four events split 3 + 1.
+    blob = b"x" * 60_000
+    snapshot_props = {f"S{i}": blob for i in range(12)}
+    events = [
+        EventData(
+            id=f"e{i}",
+            properties={f"P{j}": blob for j in range(12)},
+            stream_properties=snapshot_props,
+        )
+        for i in range(1, 5)
+    ]
+    result = S.write(Stream(partition), *events)
+    assert result.stream.version == 4
+    assert rows(partition)["SS-HEAD"] == {"Version": 4, **snapshot_props}
