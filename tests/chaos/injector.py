@@ -175,6 +175,9 @@ class ChaosStore(StateStore):
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._around("mark_dispatched", super().mark_dispatched, partition, message_ids)
 
+    def undispatched(self, partition: Partition) -> set[str]:
+        return self._around("undispatched", super().undispatched, partition)  # type: ignore[no-any-return]
+
     def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._around("delete_outbox", super().delete_outbox, partition, message_ids)
 
