@@ -403,24 +403,19 @@ class _Coordinator:
     def _retain(self, handle: _Handle) -> bool:
         """Ask ``handle`` to retain a key; False if its versions could not be read first."""
         key = self.random.choice(self.log.keys)
+        if self.random.random() < 0.5:  # the key retention can cut furthest now
+            key = max(self.log.keys, key=lambda k: self._limit(k, set()))
         try:
             self._snapshot(key)
         except (AzureError, StreamstoneError):
             return False
-        now = datetime.now(UTC)
-        waiting = [*self.log.pending, *(m for _, m in self.log.held)]
-        waiting += [m for h in self.handles for m in h.inflight.values()]
         # Under outbox, retention must keep what is stored and not dispatched
         # (issue 11, case 5), so only messages not stored hold the limit back;
         # under state it cannot know what was published, so every message
         # not acknowledged does.
         stored = {i for i, _ in self.seen[key].values()} if key.startswith("outbox-") else set()
-        sent = [
-            datetime.fromisoformat(m.headers["sent_at"])
-            for m in waiting
-            if m.key == key and m.id not in self.settled and m.id not in stored
-        ]
-        limit = min([now, *sent]) - RETAIN_MARGIN
+        now = datetime.now(UTC)
+        limit = self._limit(key, stored)
         self.chunk += 1
         self.report.retains += 1
         keep_last = self.random.choice((None, 0, 1, 2, 5))
@@ -430,6 +425,17 @@ class _Coordinator:
         handle.busy = True
         handle.retaining = key
         return True
+
+    def _limit(self, key: str, stored: set[str]) -> datetime:
+        """Below the ``sent_at`` of every message of ``key`` still to come, but ``stored``."""
+        waiting = [*self.log.pending, *(m for _, m in self.log.held)]
+        waiting += [m for h in self.handles for m in h.inflight.values()]
+        sent = [
+            datetime.fromisoformat(m.headers["sent_at"])
+            for m in waiting
+            if m.key == key and m.id not in self.settled and m.id not in stored
+        ]
+        return min([datetime.now(UTC), *sent]) - RETAIN_MARGIN
 
     def _snapshot(self, key: str) -> None:
         """Read every version of ``key`` now: a retain may remove them."""

@@ -20,7 +20,7 @@ SEED = 20261121
 def test_short_run_settles_with_no_violation() -> None:
     config = ChaosConfig(
         seed=SEED,
-        messages=500,
+        messages=400,
         threads=2,
         processes=1,
         keys=6,
@@ -32,7 +32,7 @@ def test_short_run_settles_with_no_violation() -> None:
     report = run(config)
     print(report.table())
     assert report.violations == []
-    assert report.messages == 500
+    assert report.messages == 400
     assert report.restarts == 1
     assert report.process_kills >= 1
     assert {kind: report.faults[kind] > 0 for kind in KINDS} == dict.fromkeys(KINDS, True)
