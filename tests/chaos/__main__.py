@@ -22,6 +22,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--restarts", type=int, default=1, help="Azurite restarts, spread over the run"
     )
+    parser.add_argument(
+        "--long-share", type=float, default=0.06, help="share of chunks of one key, to split"
+    )
+    parser.add_argument("--long-max", type=int, default=150, help="most messages of a long chunk")
+    parser.add_argument(
+        "--retain-share", type=float, default=0.05, help="share of dispatches that retain a key"
+    )
+    parser.add_argument(
+        "--max-failures", type=int, default=6, help="a message's own failures before giving up"
+    )
+    parser.add_argument(
+        "--evolve-at",
+        type=float,
+        default=0.5,
+        help="share of the run after which the evolved state class processes (>1: never)",
+    )
     args = parser.parse_args(argv)
     config = ChaosConfig(
         seed=args.seed,
@@ -32,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         keys=args.keys,
         restarts=args.restarts,
         chunk=args.chunk,
+        long_share=args.long_share,
+        long_max=args.long_max,
+        retain_share=args.retain_share,
+        max_failures=args.max_failures,
+        evolve_at=args.evolve_at,
     )
     report = run(config)
     print(report.table())
