@@ -15,11 +15,13 @@ import sys
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -206,6 +208,28 @@ def read_messages(
     return frame
 
 
+def _message_columns(frame: DataFrame) -> list[Column]:
+    """The four message columns as the executors read them, from any producer's types.
+
+    Ids, keys and types of any integer or string type become strings; a body
+    that is a struct, a map or an array becomes its JSON text, and any other
+    non-binary body its text (a number or a boolean is valid JSON as text).
+    """
+    columns = []
+    for name in ("message_id", "key", "type"):
+        column = F.col(name)
+        if not isinstance(frame.schema[name].dataType, StringType):
+            column = column.cast(StringType())
+        columns.append(column.alias(name))
+    body = F.col("body")
+    body_type = frame.schema["body"].dataType
+    if isinstance(body_type, StructType | MapType | ArrayType):
+        body = F.to_json(body)
+    elif not isinstance(body_type, StringType | BinaryType):
+        body = body.cast(StringType())
+    return [*columns, body.alias("body")]
+
+
 def process_messages(
     frame: DataFrame, settings: JobSettings, partitions: int, order_by: str | None = None
 ) -> JobResult:
@@ -213,12 +237,9 @@ def process_messages(
     spark = frame.sparkSession
     if order_by is not None and order_by not in frame.columns:
         raise ValueError(f"order column {order_by!r} is not in the input ({frame.columns})")
-    body = F.col("body")
-    if not isinstance(frame.schema["body"].dataType, StringType | BinaryType):
-        body = body.cast(StringType())
     order = F.col(order_by) if order_by else F.monotonically_increasing_id()
     rows = (
-        frame.select("message_id", "key", "type", body.alias("body"), order.alias(_ORDER))
+        frame.select(*_message_columns(frame), order.alias(_ORDER))
         .repartition(partitions, "key")
         .sortWithinPartitions("key", _ORDER)
     )

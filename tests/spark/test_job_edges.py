@@ -229,3 +229,60 @@ def test_exit_status_3_when_messages_are_left_for_redelivery(
     assert f"created table {table_name!r}" in done.stderr
     assert "abandoned (handler error)           2" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+# --- rows from other producers -----------------------------------------------------
+
+
+def test_a_number_out_of_msgpack_range_is_dead_lettered_not_a_crash(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    client(table_name)
+    good = game_messages(1, 2)
+    huge = {"message_id": "huge", "key": "game-000", "type": "FireAt",
+            "body": '{"position": 100000000000000000000}'}  # fmt: skip
+    path = write_jsonl(tmp_path / "in.jsonl", [*good, huge])
+
+    summary = run_batch(
+        spark, path, str(tmp_path / "out"), JobSettings(table=table_name, handler="shooting_range")
+    )
+
+    letters = spark.read.parquet(str(tmp_path / "out" / "dead_letters")).collect()
+    assert [r["message_id"] for r in letters] == ["huge"]
+    assert "outside msgpack's range" in letters[0]["reason"]
+    assert (summary.processed, summary.dead_lettered) == (len(good), 1)
+
+
+def test_parquet_with_integer_ids_and_struct_bodies(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    client(table_name)
+    client(table_name + "c")
+    rows = [(1000 + n, 7, "FireAt", (n * 11 % 100, f"p{n}")) for n in range(1, 5)]
+    frame = spark.createDataFrame(
+        rows, "message_id long, key long, type string, body struct<position:int,player:string>"
+    )
+    frame.write.parquet(str(tmp_path / "in.parquet"))
+    settings = JobSettings(table=table_name, handler="shooting_range")
+
+    summary = run_batch(
+        spark, str(tmp_path / "in.parquet"), str(tmp_path / "out"), settings,
+        input_format="parquet", partitions=1,
+    )  # fmt: skip
+
+    assert (summary.processed, summary.dead_lettered) == (4, 0)
+    same_as_text = [
+        {
+            "message_id": str(i),
+            "key": "7",
+            "type": t,
+            "body": json.dumps({"position": p, "player": q}),
+        }
+        for i, _, t, (p, q) in rows
+    ]
+    path = write_jsonl(tmp_path / "text.jsonl", same_as_text)
+    clean = JobSettings(table=table_name + "c", handler="shooting_range")
+    run_batch(spark, path, str(tmp_path / "clean"), clean, partitions=1)
+    assert outputs(spark, str(tmp_path / "out")) == outputs(spark, str(tmp_path / "clean"))
+    bodies = [json.loads(r[3]) for r in outputs(spark, str(tmp_path / "out"))]
+    assert sorted(b["position"] for b in bodies) == sorted(p for *_, (p, _) in rows)
