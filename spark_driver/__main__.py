@@ -10,7 +10,6 @@ line on stderr; anything else is a failure of Spark itself.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import re
 import sys
@@ -122,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return demo(args.strategy)
 
     from ._job import run_batch, session
+    from ._logs import configure as configure_logging
     from ._settings import JobSettings, resolve_handler
     from ._stream import run_stream
 
@@ -133,11 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         resolve_handler(args.handler)
     except ValueError as exc:
         parser.error(str(exc))
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    configure_logging(args.log_level)
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     try:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import logging
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -17,11 +15,11 @@ from azure.data.tables import TableClient
 from handlers import InMemoryPublisher, Message, Outcome, Processor
 from streamstone_py import TableConfig, check_key
 
+from ._logs import configure as configure_logging
 from ._settings import JobSettings, resolve_handler
 
 __all__ = ["OUTCOME", "OUTPUT", "mark_partition", "process_partition"]
 
-LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 OUTPUT = "output"
 OUTCOME = "outcome"
 
@@ -106,7 +104,7 @@ def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
 def _processor(settings: JobSettings) -> Processor[Any]:
     if settings.log_level:
         # A worker's stderr reaches the executor's log (the console in local mode).
-        logging.basicConfig(level=settings.log_level, stream=sys.stderr, format=LOG_FORMAT)
+        configure_logging(settings.log_level)
     return Processor(
         resolve_handler(settings.handler),
         table_client(settings.table),

@@ -286,3 +286,32 @@ def test_parquet_with_integer_ids_and_struct_bodies(
     assert outputs(spark, str(tmp_path / "out")) == outputs(spark, str(tmp_path / "clean"))
     bodies = [json.loads(r[3]) for r in outputs(spark, str(tmp_path / "out"))]
     assert sorted(b["position"] for b in bodies) == sorted(p for *_, (p, _) in rows)
+
+
+def test_no_sas_signature_in_any_log_of_a_debug_run(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    import os
+    import re
+
+    from tests.test_config import valid_sas
+
+    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
+    sas = valid_sas(connection_string)
+    signature = re.search(r"sig=([^&]+)", sas)
+    assert signature is not None
+    env = {k: v for k, v in os.environ.items() if k != "STREAMSTONE_CONNECTION_STRING"}
+    env["STREAMSTONE_ACCOUNT_URL"] = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    env["STREAMSTONE_SAS_TOKEN"] = sas
+    path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 2))
+    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
+               "--output", str(tmp_path / "out"), "--table", table_name,
+               "--partitions", "1", "--log-level", "DEBUG"]  # fmt: skip
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    logged = done.stdout + done.stderr
+    assert "urllib3.connectionpool" in logged  # every logger was on, request lines too
+    assert "sig=***" in logged
+    assert signature.group(1) not in logged
