@@ -490,7 +490,9 @@ class Processor(Generic[S]):
         state: bytes,
         header: dict[str, Any],
     ) -> EventData:
-        """The stored version of a processed message, checked against the table's limits."""
+        """The stored version of a processed message, checked against the table's
+        limits and against what the publisher can deliver."""
+        self._check_outputs(context.outputs)
         encoded_outputs = pack([o.encode() for o in context.outputs])
         properties: dict[str, Any] = {
             "MessageType": message.type,
@@ -514,6 +516,16 @@ class Processor(Generic[S]):
         )
         Stream.check_write(stream, event)
         return event
+
+    def _check_outputs(self, outputs: Sequence[Message]) -> None:
+        check = getattr(self.publisher, "check", None)
+        seen: dict[str, Message] = {}
+        for output in outputs:
+            earlier = seen.setdefault(output.id, output)
+            if earlier is not output and earlier.encode() != output.encode():
+                raise ValueError(f"two outputs have the id {output.id!r} and different content")
+            if check is not None:
+                check(output)
 
     # --- processing ------------------------------------------------------------
 
