@@ -441,6 +441,15 @@ def test_keep_last_refuses_the_duplicate_just_outside_the_window(
 # --- 7. poison messages --------------------------------------------------------------
 
 
+def assert_only_the_middle_one_abandoned(outcomes: Sequence[Any], reason: str) -> None:
+    assert [(o.status, o.version) for o in outcomes] == [
+        ("completed", 1),
+        ("abandoned", None),
+        ("completed", 2),
+    ]
+    assert reason in str(outcomes[1].reason)
+
+
 POISON = [
     ("state", "p", "Capture", "Captures"),
     ("outbox", "p", "Capture", "Captures"),
@@ -467,12 +476,7 @@ def test_a_poison_message_is_abandoned_alone(
 
     outcomes = p.process_batch(game, batch)
 
-    assert [(o.status, o.version) for o in outcomes] == [
-        ("completed", 1),
-        ("abandoned", None),
-        ("completed", 2),
-    ]
-    assert reason in str(outcomes[1].reason)
+    assert_only_the_middle_one_abandoned(outcomes, reason)
     assert newest(p, game) == (2, {"count": 2, "seen": ["a", "b"]})
     assert [e.id for e in Stream.read(p.store.partition(game)).events] == ["a", "b"]
 
@@ -583,12 +587,7 @@ def test_an_output_the_table_publisher_cannot_hold_abandons_its_message_alone(
 
     outcomes = p.process_batch(game, batch)
 
-    assert [(o.status, o.version) for o in outcomes] == [
-        ("completed", 1),
-        ("abandoned", None),
-        ("completed", 2),
-    ]
-    assert reason in str(outcomes[1].reason)
+    assert_only_the_middle_one_abandoned(outcomes, reason)
     published = sorted(e["RowKey"] for e in table.query_entities(f"PartitionKey eq '{game}-out'"))
     assert published == sorted(o.outputs[0].id for o in (outcomes[0], outcomes[2]))
 
