@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup demo test lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup demo demo-outbox test lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -23,6 +23,9 @@ $(NODE_MODULES): azurite/package.json azurite/package-lock.json
 
 demo: setup
 	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo
+
+demo-outbox: setup
+	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo --strategy outbox
 
 lint: setup
 	$(PY) -m ruff check .

@@ -59,12 +59,17 @@ def _free_port() -> int:
 
 
 def _answers(port: int) -> bool:
-    """True once Azurite speaks HTTP on ``port`` (any status counts)."""
+    """True once Azurite's Table service answers on ``port`` (any status counts).
+
+    Another HTTP server on the port does not count: the answer must name
+    Azurite's Table service (its ``Server`` header).
+    """
     conn = http.client.HTTPConnection(_HOST, port, timeout=1.0)
     try:
         conn.request("GET", f"/{_ACCOUNT}/Tables")
-        conn.getresponse().read()
-        return True
+        response = conn.getresponse()
+        response.read()
+        return (response.getheader("Server") or "").startswith("Azurite-Table/")
     except OSError:
         return False
     finally:
@@ -129,13 +134,19 @@ class AzuriteTable:
             self._workdir = tempfile.TemporaryDirectory(prefix="azurite-")
         attempts = 1 if self.port is not None else 5
         last_error = ""
-        for _ in range(attempts):
-            port = self.port if self.port is not None else _free_port()
-            started, last_error = self._spawn(port)
-            if started:
-                self.port = port
-                atexit.register(self.stop)
-                return self
+        try:
+            for _ in range(attempts):
+                # A port found free may be taken before Azurite binds it: then
+                # Azurite exits (or another server answers) and a new port is tried.
+                port = self.port if self.port is not None else _free_port()
+                started, last_error = self._spawn(port)
+                if started:
+                    self.port = port
+                    atexit.register(self.stop)
+                    return self
+        except BaseException:
+            self._terminate()  # Ctrl-C or a signal during start-up: no orphan
+            raise
         raise AzuriteError(f"Azurite did not start: {last_error}")
 
     def _spawn(self, port: int) -> tuple[bool, str]:
@@ -167,7 +178,9 @@ class AzuriteTable:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 break
-            if _answers(port):
+            # Our process must still be alive after the answer: an Azurite of
+            # someone else's on this port would answer while ours failed to bind.
+            if _answers(port) and self._process.poll() is None:
                 return True, ""
             time.sleep(0.1)
         output = self._log.read_text(errors="replace")[-2000:]
@@ -229,8 +242,41 @@ def account() -> Iterator[str]:
         yield azurite.connection_string
 
 
+class _Signalled(BaseException):
+    """The launcher got SIGTERM or SIGHUP: unwind so that Azurite is stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, frame: object) -> None:
+    raise _Signalled(signum)
+
+
+def _exit_status(returncode: int) -> int:
+    """A child killed by signal N exits as a shell reports it: 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _stop_child(child: subprocess.Popen[bytes], signum: int) -> int:
+    """Pass the signal on, give the child a moment, then make sure it is gone."""
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(signum)
+    try:
+        return child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run a command beside a fresh Azurite; return the command's exit status."""
+    """Run a command beside a fresh Azurite; return the command's exit status.
+
+    Azurite never outlives the launcher: SIGTERM, SIGHUP and Ctrl-C (during
+    start-up too) stop the command and Azurite, and the launcher exits with
+    128 + the signal's number, as does a command that a signal killed.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m azurite.launcher",
         description=f"Start Azurite, run COMMAND with {CONNECTION_STRING_ENV} set, stop Azurite.",
@@ -243,17 +289,31 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a command to run after --")
     if shutil.which(command[0]) is None and not Path(command[0]).exists():
         parser.error(f"command not found: {command[0]!r}")
-    with AzuriteTable(location=args.location) as azurite:
-        print(f"azurite: Table service on {azurite.endpoint}", file=sys.stderr)
-        env = dict(os.environ, **{CONNECTION_STRING_ENV: azurite.connection_string})
-        child = subprocess.Popen(command, env=env)
-        try:
-            return child.wait()
-        except KeyboardInterrupt:
-            child.send_signal(signal.SIGINT)
-            return child.wait()
-        finally:
-            print("azurite: stopped", file=sys.stderr)
+    previous = {
+        sig: signal.signal(sig, _raise_signalled) for sig in (signal.SIGTERM, signal.SIGHUP)
+    }
+    try:
+        with AzuriteTable(location=args.location) as azurite:
+            print(f"azurite: Table service on {azurite.endpoint}", file=sys.stderr)
+            env = dict(os.environ, **{CONNECTION_STRING_ENV: azurite.connection_string})
+            child = subprocess.Popen(command, env=env)
+            try:
+                return _exit_status(child.wait())
+            except KeyboardInterrupt:
+                _stop_child(child, signal.SIGINT)
+                return 128 + signal.SIGINT
+            except _Signalled as signalled:
+                _stop_child(child, signalled.signum)
+                return 128 + signalled.signum
+            finally:
+                print("azurite: stopped", file=sys.stderr)
+    except KeyboardInterrupt:  # during start-up: Azurite was stopped on the way out
+        return 128 + signal.SIGINT
+    except _Signalled as signalled:
+        return 128 + signalled.signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

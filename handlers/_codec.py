@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
 __all__ = ["canonical", "digest", "pack", "unpack"]
 
 
+#: The integers msgpack can hold: signed and unsigned 64-bit.
+INT_MIN: Final = -(2**63)
+INT_MAX: Final = 2**64 - 1
+
+
 def canonical(value: Any, path: str = "value") -> Any:
     """``value`` with every mapping's keys sorted, checking it is msgpack data."""
-    if value is None or isinstance(value, bool | int | float | str | bytes):
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not INT_MIN <= value <= INT_MAX:
+            raise ValueError(
+                f"{path} is the integer {value}, outside msgpack's range "
+                f"[{INT_MIN}, {INT_MAX}]; send it as a string"
+            )
+        return value
+    if value is None or isinstance(value, bool | float | str | bytes):
         return value
     if isinstance(value, Mapping):
         for key in value:

@@ -69,6 +69,7 @@ __all__ = ["LoadedState", "Outcome", "Processor", "ProcessorStats"]
 S = TypeVar("S")
 Strategy = Literal["state", "outbox"]
 LateDuplicates = Literal["refuse", "process"]
+Dispatch = Literal["after_publish", "by_caller"]
 Status = Literal["completed", "duplicate", "abandoned", "faulted"]
 
 #: The largest encoded state one stored version holds (an entity is 1 MiB).
@@ -143,6 +144,16 @@ class Processor(Generic[S]):
     must be deterministic (use the context). ``strategy="outbox"`` stores the
     outputs beside the state and replays them; the handler need not be
     deterministic.
+
+    ``dispatch`` (outbox only) says when outputs count as delivered.
+    ``"after_publish"`` (the default): once :meth:`Publisher.publish` returns,
+    the outbox rows are marked dispatched and their outputs dropped, so a
+    later duplicate re-sends nothing. ``"by_caller"``: for a caller whose
+    publication becomes final later, or may be discarded (a Spark task's
+    output before its job commits): the processor never marks, a duplicate
+    always re-sends its stored outputs, and the caller calls
+    :meth:`mark_dispatched` once its publication is final (the outputs stay,
+    so a rerun can emit them again; retention may then remove the version).
     """
 
     def __init__(
@@ -157,6 +168,7 @@ class Processor(Generic[S]):
         max_attempts: int = 10,
         late_duplicates: LateDuplicates = "refuse",
         store: StateStore | None = None,
+        dispatch: Dispatch = "after_publish",
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -164,6 +176,8 @@ class Processor(Generic[S]):
             raise ValueError(
                 f"late_duplicates must be 'refuse' or 'process', got {late_duplicates!r}"
             )
+        if dispatch not in ("after_publish", "by_caller"):
+            raise ValueError(f"dispatch must be 'after_publish' or 'by_caller', got {dispatch!r}")
         if not handler.name.isidentifier():
             raise ValueError(f"handler name {handler.name!r} must be an identifier")
         self.handler = handler
@@ -173,6 +187,7 @@ class Processor(Generic[S]):
         self.retry = retry or RetryPolicy()
         self.max_attempts = max_attempts
         self.late_duplicates = late_duplicates
+        self.dispatch = dispatch
         self.store = store or StateStore(table, handler.name, self.retry)
         self.stats = ProcessorStats()
 
@@ -257,7 +272,7 @@ class Processor(Generic[S]):
         record = self.store.outbox(self.store.partition(key), message.id)
         if record is None:
             raise DuplicateOutsideWindowError(self.handler.name, message.id, "?", "retention")
-        if record.dispatched or record.outputs is None:
+        if record.outputs is None or (record.dispatched and self.dispatch == "after_publish"):
             return _Step(message, "duplicate")
         outputs = tuple(Message.decode(o) for o in unpack(record.outputs))
         return _Step(message, "duplicate", outputs=outputs, dispatch=True)
@@ -475,7 +490,9 @@ class Processor(Generic[S]):
         state: bytes,
         header: dict[str, Any],
     ) -> EventData:
-        """The stored version of a processed message, checked against the table's limits."""
+        """The stored version of a processed message, checked against the table's
+        limits and against what the publisher can deliver."""
+        self._check_outputs(context.outputs)
         encoded_outputs = pack([o.encode() for o in context.outputs])
         properties: dict[str, Any] = {
             "MessageType": message.type,
@@ -499,6 +516,16 @@ class Processor(Generic[S]):
         )
         Stream.check_write(stream, event)
         return event
+
+    def _check_outputs(self, outputs: Sequence[Message]) -> None:
+        check = getattr(self.publisher, "check", None)
+        seen: dict[str, Message] = {}
+        for output in outputs:
+            earlier = seen.setdefault(output.id, output)
+            if earlier is not output and earlier.encode() != output.encode():
+                raise ValueError(f"two outputs have the id {output.id!r} and different content")
+            if check is not None:
+                check(output)
 
     # --- processing ------------------------------------------------------------
 
@@ -564,11 +591,24 @@ class Processor(Generic[S]):
             if publish:
                 self.publisher.publish(publish)
             dispatched = [s.message.id for s in plan.steps if s.dispatch]
-            if dispatched:
+            if dispatched and self.dispatch == "after_publish":
                 self.store.mark_dispatched(partition, dispatched)
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, receives, plan, exc)
         return self._finish(messages, receives, plan, None)
+
+    def mark_dispatched(self, key: str, message_ids: Sequence[str]) -> None:
+        """Mark these messages' outbox outputs delivered (``dispatch="by_caller"``).
+
+        Call it once the publication of their outputs is final. Ids without an
+        outbox row (removed by retention, or never stored) are skipped. Under
+        the state strategy there is nothing to mark.
+        """
+        if self.strategy != "outbox":
+            return
+        self.store.mark_dispatched(
+            self.store.partition(key), message_ids, keep_outputs=self.dispatch == "by_caller"
+        )
 
     @staticmethod
     def _keep_committed(

@@ -146,15 +146,24 @@ class StateStore:
         )
         return {str(row["RowKey"])[len(prefix) :] for row in found}
 
-    def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
-        """Replace outbox rows by a bare ``Dispatched`` flag; rows already gone are skipped."""
-        self._submit_each(partition, message_ids, "update", {"Dispatched": True})
+    def mark_dispatched(
+        self, partition: Partition, message_ids: Sequence[str], *, keep_outputs: bool = False
+    ) -> None:
+        """Replace outbox rows by a bare ``Dispatched`` flag (or set the flag and
+        keep the outputs); rows already gone are skipped."""
+        mode = UpdateMode.MERGE if keep_outputs else UpdateMode.REPLACE
+        self._submit_each(partition, message_ids, "update", {"Dispatched": True}, mode)
 
     def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._submit_each(partition, message_ids, "delete", {})
 
     def _submit_each(
-        self, partition: Partition, message_ids: Sequence[str], kind: str, values: dict[str, Any]
+        self,
+        partition: Partition,
+        message_ids: Sequence[str],
+        kind: str,
+        values: dict[str, Any],
+        mode: UpdateMode = UpdateMode.REPLACE,
     ) -> None:
         """One operation per outbox row, 100 to a transaction; rows already gone are skipped."""
         ops: list[Any] = [
@@ -165,7 +174,7 @@ class StateStore:
                     "RowKey": self.outbox_row_key(m),
                     **values,
                 },
-                {"mode": UpdateMode.REPLACE} if kind == "update" else {},
+                {"mode": mode} if kind == "update" else {},
             )
             for m in dict.fromkeys(message_ids)
         ]

@@ -1,29 +1,92 @@
-"""``python -m spark_driver run ...`` and ``python -m spark_driver demo``."""
+"""``python -m spark_driver run ...`` and ``python -m spark_driver demo``.
+
+Exit statuses: 0 when every message is completed, a duplicate or
+dead-lettered; 3 (``UNSETTLED_EXIT``) when any is abandoned or faulted, so a
+scheduler delivers the input again; 2 when the command is refused before any
+work (a bad option, missing credentials, a missing table or input), with one
+line on stderr; anything else is a failure of Spark itself.
+"""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
+import re
 import sys
+from typing import NoReturn
 
 from ._settings import BUILTIN_HANDLERS
 
+#: Azure's rule for table names.
+_TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Refusals as one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class _Refused(Exception):
+    """A check before any work failed; the message is the one line to print."""
+
+
+def _check_table(table: str, create: bool) -> None:
+    """The account is configured and the table is there (created unless told not to)."""
+    from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+    from streamstone_py import TableConfig
+
+    if not _TABLE_NAME.fullmatch(table):
+        raise _Refused(
+            f"--table {table!r} is not a valid table name (3 to 63 letters and digits, "
+            "starting with a letter)"
+        )
+    try:
+        client = TableConfig.from_env(table_name=table).table_client()
+    except ValueError as exc:
+        raise _Refused(f"no storage account configured: {exc}") from None
+    with client:
+        try:
+            next(iter(client.query_entities("PartitionKey eq ''", results_per_page=1)), None)
+        except ResourceNotFoundError:
+            if not create:
+                raise _Refused(f"table {table!r} does not exist (--no-create-table)") from None
+            client.create_table()
+            print(f"created table {table!r}", file=sys.stderr)
+        except AzureError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise _Refused(f"cannot reach table {table!r}: {first}") from None
+
+
+def _check_input(path: str) -> None:
+    if "://" not in path and not os.path.exists(path):
+        raise _Refused(f"--input {path!r} does not exist")
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_driver")
+    parser = _Parser(prog="python -m spark_driver")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser(
         "run",
         help="process a batch of messages (or, with --stream, a directory as a stream)",
         description="Credentials come from the environment only: STREAMSTONE_CONNECTION_STRING, "
-        "or STREAMSTONE_ACCOUNT_URL with STREAMSTONE_SAS_TOKEN or a managed identity.",
+        "or STREAMSTONE_ACCOUNT_URL with STREAMSTONE_SAS_TOKEN or a managed identity. "
+        "Exit status: 0 if every message is completed, a duplicate or dead-lettered; "
+        "3 if any is abandoned or faulted (deliver the input again); 2 if refused.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     run.add_argument("--input", required=True, help="input file or directory")
     run.add_argument("--output", required=True, help="output directory")
     run.add_argument("--input-format", choices=["json", "parquet"], default="json")
     run.add_argument("--output-format", choices=["parquet", "json"], default="parquet")
     run.add_argument("--table", default="handlerstate", help="table of the handler's state")
+    run.add_argument(
+        "--no-create-table",
+        action="store_true",
+        help="refuse to run if the table is missing (by default it is created)",
+    )
     run.add_argument(
         "--account-url",
         help="storage account URL (sets STREAMSTONE_ACCOUNT_URL; secrets only ever from the "
@@ -46,31 +109,38 @@ def main(argv: list[str] | None = None) -> int:
         help="Python logging level on the driver (the Azure SDK logs requests at DEBUG)",
     )
     run.add_argument("--explain", action="store_true", help="print the Spark plan of the outputs")
-    commands.add_parser("demo", help="the ShootingRange demo: twice over the same input")
+    demo_command = commands.add_parser(
+        "demo", help="the ShootingRange demo: twice over the same input"
+    )
+    demo_command.add_argument("--strategy", choices=["state", "outbox"], default="state")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
         from .demo import main as demo
 
-        return demo()
+        return demo(args.strategy)
 
     from ._job import run_batch, session
+    from ._logs import configure as configure_logging
     from ._settings import JobSettings, resolve_handler
     from ._stream import run_stream
 
     if args.partitions < 1:
         parser.error(f"--partitions must be >= 1, got {args.partitions}")
+    if args.stream and not args.checkpoint:
+        parser.error("--stream needs --checkpoint")
     try:
         resolve_handler(args.handler)
     except ValueError as exc:
         parser.error(str(exc))
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    configure_logging(args.log_level)
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
+    try:
+        _check_input(args.input)
+        _check_table(args.table, create=not args.no_create_table)
+    except _Refused as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     settings = JobSettings(
         table=args.table,
         handler=args.handler,
@@ -81,24 +151,25 @@ def main(argv: list[str] | None = None) -> int:
     spark = session(args.master)
     try:
         if args.stream:
-            if not args.checkpoint:
-                parser.error("--stream needs --checkpoint")
-            for batch_id, summary in run_stream(
+            summaries = run_stream(
                 spark, args.input, args.output, args.checkpoint, settings,
                 output_format=args.output_format, partitions=args.partitions,
                 order_by=args.order_by,
-            ):  # fmt: skip
-                print(f"micro-batch {batch_id}:\n{summary.table()}")
-        else:
-            summary = run_batch(
-                spark, args.input, args.output, settings,
-                input_format=args.input_format, output_format=args.output_format,
-                partitions=args.partitions, order_by=args.order_by, explain=args.explain,
             )  # fmt: skip
-            print(summary.table())
+            for batch_id, summary in summaries:
+                print(f"micro-batch {batch_id}:\n{summary.table()}")
+            return max((s.exit_status for _, s in summaries), default=0)
+        summary = run_batch(
+            spark, args.input, args.output, settings,
+            input_format=args.input_format, output_format=args.output_format,
+            partitions=args.partitions, order_by=args.order_by, explain=args.explain,
+        )  # fmt: skip
+        print(summary.table())
+        return summary.exit_status
+    except ValueError as exc:  # bad input found once Spark read it (e.g. the order column)
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     finally:
         spark.stop()
-    return 0
 
 
 if __name__ == "__main__":

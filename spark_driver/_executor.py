@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import logging
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -17,11 +15,11 @@ from azure.data.tables import TableClient
 from handlers import InMemoryPublisher, Message, Outcome, Processor
 from streamstone_py import TableConfig, check_key
 
+from ._logs import configure as configure_logging
 from ._settings import JobSettings, resolve_handler
 
-__all__ = ["OUTCOME", "OUTPUT", "process_partition"]
+__all__ = ["OUTCOME", "OUTPUT", "mark_partition", "process_partition"]
 
-LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
 OUTPUT = "output"
 OUTCOME = "outcome"
 
@@ -82,8 +80,9 @@ def _parse(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
 
 
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
-                 version: int | None, reason: str | None) -> tuple[Any, ...]:  # fmt: skip
-    return (OUTCOME, message_id, key, type_, status, version, reason, None, None)
+                 version: int | None, reason: str | None,
+                 conflicts: int = 0) -> tuple[Any, ...]:  # fmt: skip
+    return (OUTCOME, message_id, key, type_, status, version, reason, None, None, conflicts)
 
 
 def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
@@ -98,31 +97,36 @@ def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
             None,
             body_json(out.body),
             outcome.message_id,
+            None,
         )
 
 
-def process_partition(
-    rows: Iterable[Any], settings: JobSettings, counters: Any
-) -> Iterator[tuple[Any, ...]]:
-    """Rows arrive grouped by key and ordered within each key."""
+def _processor(settings: JobSettings) -> Processor[Any]:
     if settings.log_level:
         # A worker's stderr reaches the executor's log (the console in local mode).
-        logging.basicConfig(level=settings.log_level, stream=sys.stderr, format=LOG_FORMAT)
-    handler = resolve_handler(settings.handler)
-    processor = Processor(
-        handler,
+        configure_logging(settings.log_level)
+    return Processor(
+        resolve_handler(settings.handler),
         table_client(settings.table),
         InMemoryPublisher(),  # the outputs DataFrame is the publication
         strategy=settings.strategy,
         max_attempts=settings.max_attempts,
+        # A task's rows are final only when the job commits them, and a retried,
+        # speculative or rerun task must emit a stored outbox entry again: the
+        # driver marks outputs dispatched after the commit (mark_partition).
+        dispatch="by_caller",
     )
+
+
+def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:
+    """Rows arrive grouped by key and ordered within each key."""
+    processor = _processor(settings)
+    handler = processor.handler
     for key, group in itertools.groupby(rows, key=lambda r: r["key"]):
         messages: list[Message] = []
         for row in group:
-            counters.messages_in.add(1)
             message, reason = _parse(row, handler.accepts)
             if message is None:
-                counters.dead_lettered.add(1)
                 yield _outcome_row(
                     row["message_id"], row["key"], row["type"], "dead_lettered", None, reason
                 )
@@ -131,14 +135,14 @@ def process_partition(
         for start in range(0, len(messages), settings.batch_size):
             conflicts_before = processor.stats.conflicts_retried
             outcomes = processor.process_batch(key, messages[start : start + settings.batch_size])
-            counters.conflicts_retried.add(processor.stats.conflicts_retried - conflicts_before)
+            # On the batch's first outcome row, so the outcome rows add up to the run's total.
+            conflicts = processor.stats.conflicts_retried - conflicts_before
             for outcome in outcomes:
                 if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
                     raise RuntimeError(
                         f"message {outcome.message_id!r} of key {key!r} "
                         f"{outcome.status}: {outcome.reason}"
                     )
-                counters.add(outcome)
                 yield from _output_rows(outcome)
                 yield _outcome_row(
                     outcome.message_id,
@@ -147,4 +151,13 @@ def process_partition(
                     outcome.status,
                     outcome.version,
                     outcome.reason,
+                    conflicts,
                 )
+                conflicts = 0
+
+
+def mark_partition(rows: Iterable[Any], settings: JobSettings) -> None:
+    """Mark the outbox outputs of committed outcomes dispatched (rows grouped by key)."""
+    processor = _processor(settings)
+    for key, group in itertools.groupby(rows, key=lambda r: r["key"]):
+        processor.mark_dispatched(key, [row["message_id"] for row in group])

@@ -12,26 +12,27 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Final
 
-from pyspark import Accumulator
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
+    MapType,
     StringType,
     StructField,
     StructType,
 )
 
-from ._executor import OUTCOME, OUTPUT, process_partition
+from ._executor import OUTCOME, OUTPUT, mark_partition, process_partition
 from ._settings import JobSettings
 
 __all__ = [
     "INPUT_SCHEMA",
-    "Counters",
+    "UNSETTLED_EXIT",
     "JobResult",
     "Summary",
     "process_messages",
@@ -61,6 +62,7 @@ RESULT_SCHEMA = StructType(
         StructField("reason", StringType()),
         StructField("body", StringType()),
         StructField("source_message_id", StringType()),
+        StructField("conflicts", IntegerType()),
     ]
 )
 
@@ -88,33 +90,10 @@ def session(master: str = "local[2]", app: str = "streamstone-py", **conf: str) 
     return builder.getOrCreate()
 
 
-class Counters:
-    """Spark accumulators for the summary (updated on executors)."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        context = spark.sparkContext
-        self.messages_in: Accumulator[int] = context.accumulator(0)
-        self.dead_lettered: Accumulator[int] = context.accumulator(0)
-        self.completed: Accumulator[int] = context.accumulator(0)
-        self.duplicates: Accumulator[int] = context.accumulator(0)
-        self.abandoned: Accumulator[int] = context.accumulator(0)
-        self.faulted: Accumulator[int] = context.accumulator(0)
-        self.outputs: Accumulator[int] = context.accumulator(0)
-        self.conflicts_retried: Accumulator[int] = context.accumulator(0)
-
-    def add(self, outcome: Any) -> None:
-        {
-            "completed": self.completed,
-            "duplicate": self.duplicates,
-            "abandoned": self.abandoned,
-            "faulted": self.faulted,
-        }[outcome.status].add(1)
-        if outcome.status in ("completed", "duplicate"):
-            self.outputs.add(len(outcome.outputs))
-
-
 @dataclass(frozen=True, slots=True)
 class Summary:
+    """The figures of one run, computed from the outcome and output rows it wrote."""
+
     messages_in: int
     processed: int
     duplicates: int
@@ -125,17 +104,31 @@ class Summary:
     conflicts_retried: int
 
     @classmethod
-    def of(cls, counters: Counters) -> Summary:
-        return cls(
-            messages_in=counters.messages_in.value,
-            processed=counters.completed.value,
-            duplicates=counters.duplicates.value,
-            outputs=counters.outputs.value,
-            dead_lettered=counters.dead_lettered.value,
-            abandoned=counters.abandoned.value,
-            faulted=counters.faulted.value,
-            conflicts_retried=counters.conflicts_retried.value,
-        )
+    def of(cls, outcomes: DataFrame, outputs: DataFrame) -> Summary:
+        """One aggregation over the outcome rows, and a count of the output rows."""
+        status = F.col("status")
+
+        def count(name: str) -> Any:
+            return F.sum((status == name).cast("long"))
+
+        row = outcomes.agg(
+            F.count(F.lit(1)).alias("messages_in"),
+            count("completed").alias("processed"),
+            count("duplicate").alias("duplicates"),
+            count("dead_lettered").alias("dead_lettered"),
+            count("abandoned").alias("abandoned"),
+            count("faulted").alias("faulted"),
+            F.sum("conflicts").alias("conflicts_retried"),
+        ).first()
+        assert row is not None
+        figures = {k: int(v or 0) for k, v in row.asDict().items()}
+        return cls(outputs=outputs.count(), **figures)
+
+    @property
+    def exit_status(self) -> int:
+        """0 if every message is settled (completed, duplicate or dead-lettered),
+        else :data:`UNSETTLED_EXIT` (some must be delivered again)."""
+        return UNSETTLED_EXIT if self.abandoned or self.faulted else 0
 
     def table(self) -> str:
         """The summary as a readable two-column table."""
@@ -143,7 +136,7 @@ class Summary:
             "messages_in": "messages in",
             "processed": "processed (state changed)",
             "duplicates": "duplicates (no change)",
-            "outputs": "outputs published",
+            "outputs": "output messages written",
             "dead_lettered": "dead-lettered",
             "abandoned": "abandoned (handler error)",
             "faulted": "faulted (in doubt)",
@@ -155,31 +148,86 @@ class Summary:
         return "\n".join([rule, *lines, rule])
 
 
+#: The exit status of a run that left messages abandoned or faulted.
+UNSETTLED_EXIT: Final = 3
+
+
 @dataclass(frozen=True)
 class JobResult:
+    """The persisted rows of one run: release them with :meth:`unpersist`."""
+
+    results: DataFrame
     outputs: DataFrame
     outcomes: DataFrame
-    counters: Counters
+    settings: JobSettings
+    partitions: int
 
     @property
     def dead_letters(self) -> DataFrame:
         return self.outcomes.where(F.col("status") == "dead_lettered")
 
-    def summary(self) -> Summary:
-        return Summary.of(self.counters)
+    def unpersist(self) -> None:
+        self.results.unpersist()
 
 
-def read_messages(spark: SparkSession, path: str, input_format: str) -> DataFrame:
-    """JSON lines or Parquet with at least message_id, key, type and body."""
+def _json_schema(spark: SparkSession, path: str, order_by: str | None) -> StructType:
+    """The input's columns: the four message columns as text, the others as inferred.
+
+    The message columns are read as text even where they hold JSON objects
+    (a body), so Spark keeps their raw JSON. Without an ordering column the
+    fixed schema is enough, and no inference pass is made.
+    """
+    if order_by is None:
+        return INPUT_SCHEMA
+    inferred = spark.read.json(path).schema
+    extra = [f for f in inferred.fields if f.name not in INPUT_SCHEMA.fieldNames()]
+    return StructType([*INPUT_SCHEMA.fields, *extra])
+
+
+def read_messages(
+    spark: SparkSession, path: str, input_format: str, order_by: str | None = None
+) -> DataFrame:
+    """JSON lines or Parquet with at least message_id, key, type and body.
+
+    Other columns are kept (with JSON, when ``order_by`` names one of them),
+    so an ordering column reaches :func:`process_messages`.
+    """
     if input_format == "json":
-        return spark.read.schema(INPUT_SCHEMA).json(path)
-    if input_format == "parquet":
+        frame = spark.read.schema(_json_schema(spark, path, order_by)).json(path)
+    elif input_format == "parquet":
         frame = spark.read.parquet(path)
-        missing = [c for c in ("message_id", "key", "type", "body") if c not in frame.columns]
+        missing = [c for c in INPUT_SCHEMA.fieldNames() if c not in frame.columns]
         if missing:
             raise ValueError(f"input {path!r} lacks the columns {missing}")
-        return frame
-    raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
+    else:
+        raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
+    if order_by is not None and order_by not in frame.columns:
+        raise ValueError(
+            f"order column {order_by!r} is not in the input {path!r} (columns: {frame.columns})"
+        )
+    return frame
+
+
+def _message_columns(frame: DataFrame) -> list[Column]:
+    """The four message columns as the executors read them, from any producer's types.
+
+    Ids, keys and types of any integer or string type become strings; a body
+    that is a struct, a map or an array becomes its JSON text, and any other
+    non-binary body its text (a number or a boolean is valid JSON as text).
+    """
+    columns = []
+    for name in ("message_id", "key", "type"):
+        column = F.col(name)
+        if not isinstance(frame.schema[name].dataType, StringType):
+            column = column.cast(StringType())
+        columns.append(column.alias(name))
+    body = F.col("body")
+    body_type = frame.schema["body"].dataType
+    if isinstance(body_type, StructType | MapType | ArrayType):
+        body = F.to_json(body)
+    elif not isinstance(body_type, StringType | BinaryType):
+        body = body.cast(StringType())
+    return [*columns, body.alias("body")]
 
 
 def process_messages(
@@ -189,20 +237,16 @@ def process_messages(
     spark = frame.sparkSession
     if order_by is not None and order_by not in frame.columns:
         raise ValueError(f"order column {order_by!r} is not in the input ({frame.columns})")
-    body = F.col("body")
-    if not isinstance(frame.schema["body"].dataType, StringType | BinaryType):
-        body = body.cast(StringType())
     order = F.col(order_by) if order_by else F.monotonically_increasing_id()
     rows = (
-        frame.select("message_id", "key", "type", body.alias("body"), order.alias(_ORDER))
+        frame.select(*_message_columns(frame), order.alias(_ORDER))
         .repartition(partitions, "key")
         .sortWithinPartitions("key", _ORDER)
     )
-    counters = Counters(spark)
     job = settings
 
     def run(partition: Any) -> Any:
-        return process_partition(partition, job, counters)
+        return process_partition(partition, job)
 
     results = spark.createDataFrame(rows.rdd.mapPartitions(run), RESULT_SCHEMA).persist()
     outputs = (
@@ -211,24 +255,63 @@ def process_messages(
         .dropDuplicates(["message_id"])
     )
     outcomes = results.where(F.col("kind") == OUTCOME).select(
-        "message_id", "key", "type", "status", "version", "reason"
+        "message_id", "key", "type", "status", "version", "reason", "conflicts"
     )
-    return JobResult(outputs, outcomes, counters)
+    return JobResult(results, outputs, outcomes, settings, partitions)
 
 
-def write_result(result: JobResult, output: str, output_format: str) -> None:
-    """Write with Spark's commit protocol: a failed job leaves no partial output."""
+def _delete(spark: SparkSession, path: str) -> None:
+    """Delete a path on whatever file system Spark writes to (local, ABFS, ...)."""
+    jvm: Any = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
+
+
+def write_result(result: JobResult, output: str, output_format: str) -> Summary:
+    """Write the run, each part with Spark's commit protocol; return its summary.
+
+    The order, which a reader can rely on: ``summary/`` of an earlier run is
+    deleted first; then ``outputs/``, ``outcomes/`` and ``dead_letters/`` are
+    written; then, for the outbox strategy, the outputs are marked
+    dispatched; ``summary/`` (one JSON row, from the outcome rows as written)
+    comes last. A directory without ``summary/_SUCCESS`` is incomplete: run
+    the job again (it is safe to).
+    """
     if output_format not in ("parquet", "json"):
         raise ValueError(f"output format must be 'parquet' or 'json', got {output_format!r}")
-    result.outputs.orderBy("key", "message_id").write.mode("overwrite").format(output_format).save(
-        f"{output}/outputs"
+    spark = result.outcomes.sparkSession
+    _delete(spark, f"{output}/summary")
+    parts = {
+        "outputs": result.outputs.orderBy("key", "message_id"),
+        "outcomes": result.outcomes.orderBy("key", "message_id", "status"),
+        "dead_letters": result.dead_letters.orderBy("key", "message_id"),
+    }
+    for name, frame in parts.items():
+        frame.write.mode("overwrite").format(output_format).save(f"{output}/{name}")
+    written = {name: spark.read.format(output_format).load(f"{output}/{name}") for name in parts}
+    if result.settings.strategy == "outbox":
+        _mark_dispatched(written["outcomes"], result.settings, result.partitions)
+    summary = Summary.of(written["outcomes"], written["outputs"])
+    marker = spark.createDataFrame([asdict(summary)])
+    marker.coalesce(1).write.mode("overwrite").json(f"{output}/summary")
+    return summary
+
+
+def _mark_dispatched(outcomes: DataFrame, settings: JobSettings, partitions: int) -> None:
+    """After the commit: the outbox outputs of settled messages are delivered."""
+    settled = outcomes.where(F.col("status").isin("completed", "duplicate"))
+    job = settings
+
+    def mark(rows: Any) -> None:
+        mark_partition(rows, job)
+
+    (
+        settled.select("key", "message_id")
+        .repartition(partitions, "key")
+        .sortWithinPartitions("key")
+        .foreachPartition(mark)
     )
-    result.outcomes.orderBy("key", "message_id", "status").write.mode("overwrite").format(
-        output_format
-    ).save(f"{output}/outcomes")
-    result.dead_letters.orderBy("key", "message_id").write.mode("overwrite").format(
-        output_format
-    ).save(f"{output}/dead_letters")
 
 
 def run_batch(
@@ -244,9 +327,11 @@ def run_batch(
     explain: bool = False,
 ) -> Summary:
     """Read, process and write one batch of messages; return the summary."""
-    frame = read_messages(spark, input_path, input_format)
+    frame = read_messages(spark, input_path, input_format, order_by)
     result = process_messages(frame, settings, partitions, order_by)
     if explain:
         result.outputs.explain(extended=True)
-    write_result(result, output, output_format)
-    return result.summary()
+    try:
+        return write_result(result, output, output_format)
+    finally:
+        result.unpersist()

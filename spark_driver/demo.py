@@ -59,19 +59,24 @@ def workload(path: Path, games: int = GAMES, per_game: int = PER_GAME) -> tuple[
     return len(messages), len(rows)
 
 
-def main() -> int:
+def main(strategy: str = "state") -> int:
+    """Run the demo with the state-based (default) or the outbox strategy; 0 if it passes."""
+    if strategy not in ("state", "outbox"):
+        print(f"strategy must be 'state' or 'outbox', got {strategy!r}", file=sys.stderr)
+        return 2
     if not os.environ.get("STREAMSTONE_CONNECTION_STRING"):
         print(
             "set STREAMSTONE_CONNECTION_STRING (make demo starts Azurite and does)", file=sys.stderr
         )
         return 2
-    table_name = "shootingrange"
+    table_name = "shootingrange" if strategy == "state" else "shootingrangeoutbox"
     service = TableServiceClient.from_connection_string(os.environ["STREAMSTONE_CONNECTION_STRING"])
     table = service.create_table_if_not_exists(table_name)
-    settings = JobSettings(table=table_name, handler="shooting_range")
+    settings = JobSettings(table=table_name, handler="shooting_range", strategy=strategy)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix="streamstone-demo-") as work:
         root = Path(work)
         distinct, rows = workload(root / "messages.jsonl")
+        print(f"strategy: {strategy}")
         print(f"workload: {rows:,} rows, {distinct:,} distinct messages over {GAMES} games "
               f"({rows - distinct:,} duplicates, a quarter of them at the end)")  # fmt: skip
         spark = session("local[2]", "streamstone-py demo")
@@ -96,7 +101,7 @@ def main() -> int:
             output_count = outputs[0].count()
         finally:
             spark.stop()
-    processor = Processor(shooting_range, table, publisher=_Discard())
+    processor = Processor(shooting_range, table, publisher=_Discard(), strategy=strategy)  # type: ignore[arg-type]
     versions = sum(processor.load_state(f"game-{g:04d}", "-").version for g in range(GAMES))
     first, second = summaries
     checks = [

@@ -17,7 +17,7 @@ derive from :class:`StreamstoneError`.
 """
 
 from ._binary import join_binary, split_binary
-from ._config import TableConfig
+from ._config import RedactSecrets, TableConfig, redact
 from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -41,6 +41,7 @@ __all__ = [
     "Partition",
     "PropertyValue",
     "RecordedEvent",
+    "RedactSecrets",
     "RetryPolicy",
     "Shard",
     "Stream",
@@ -51,6 +52,7 @@ __all__ = [
     "WriteResult",
     "check_key",
     "join_binary",
+    "redact",
     "split_binary",
 ]
 

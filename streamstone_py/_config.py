@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -22,6 +23,36 @@ _SECRET_SETTINGS = re.compile(r"(AccountKey|SharedAccessSignature)=[^;]*", re.IG
 
 def _redact_connection_string(text: str) -> str:
     return _SECRET_SETTINGS.sub(lambda m: f"{m.group(1)}=***", text)
+
+
+#: Secrets as they appear in log lines: a SAS token's signature in a URL, an
+#: account key or SAS in a connection string, a shared-key Authorization value.
+_SECRETS_IN_TEXT = re.compile(
+    r"(?P<name>\bsig=|AccountKey=|SharedAccessSignature=|SharedKey(?:Lite)? [^:\s]+:)"
+    r"(?P<secret>[^&;\s'\"]+)",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every SAS signature, account key and shared-key signature masked."""
+    return _SECRETS_IN_TEXT.sub(lambda m: f"{m.group('name')}***", text)
+
+
+class RedactSecrets(logging.Filter):
+    """A logging filter that masks secrets in every record it passes.
+
+    Attach it to a handler (``handler.addFilter(RedactSecrets())``), not to a
+    logger: a handler's filters see the records of every logger below it,
+    urllib3's request lines included, which carry a SAS token's ``sig=``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
 
 
 def _public_url(url: str) -> str:

@@ -119,3 +119,57 @@ def test_sdk_debug_logs_of_a_shared_key_request_hide_the_key(
     assert "does not exist" in str(caught.value)  # a missing table is not a missing stream
     assert caplog.records
     assert account_key not in caplog.text
+
+
+def valid_sas(connection_string: str) -> str:
+    """A SAS token Azurite accepts, signed with its development key."""
+    from datetime import UTC, datetime, timedelta
+
+    from azure.core.credentials import AzureNamedKeyCredential
+    from azure.data.tables import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    settings = dict(p.split("=", 1) for p in connection_string.split(";") if "=" in p)
+    return generate_account_sas(
+        AzureNamedKeyCredential(settings["AccountName"], settings["AccountKey"]),
+        resource_types=ResourceTypes(service=True, container=True, object=True),
+        permission=AccountSasPermissions(
+            read=True, write=True, delete=True, list=True, add=True, update=True
+        ),
+        expiry=datetime.now(UTC) + timedelta(hours=1),
+    )
+
+
+def test_every_logger_at_debug_behind_redact_secrets_shows_no_sas_signature(
+    connection_string: str,
+) -> None:
+    import io
+    import re
+
+    from streamstone_py import RedactSecrets
+
+    sas = valid_sas(connection_string)
+    signature = re.search(r"sig=([^&]+)", sas)
+    assert signature is not None
+    endpoint = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    table = "sas" + uuid.uuid4().hex[:8]
+    TableConfig(table, connection_string=connection_string).table_client().create_table()
+    client = TableConfig(table, account_url=endpoint, sas_token=sas).table_client()
+
+    sink = io.StringIO()
+    handler = logging.StreamHandler(sink)
+    handler.addFilter(RedactSecrets())
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        Stream.write(Stream(Partition(client, "k")), EventData(id="e1"))
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+    logged = sink.getvalue()
+    assert "urllib3.connectionpool" in logged or '"POST /' in logged, logged[:2000]
+    assert "sig=***" in logged  # the request line was logged, masked
+    assert signature.group(1) not in logged
+    assert Stream.open(Partition(client, "k")).version == 1  # the token did work

@@ -441,6 +441,15 @@ def test_keep_last_refuses_the_duplicate_just_outside_the_window(
 # --- 7. poison messages --------------------------------------------------------------
 
 
+def assert_only_the_middle_one_abandoned(outcomes: Sequence[Any], reason: str) -> None:
+    assert [(o.status, o.version) for o in outcomes] == [
+        ("completed", 1),
+        ("abandoned", None),
+        ("completed", 2),
+    ]
+    assert reason in str(outcomes[1].reason)
+
+
 POISON = [
     ("state", "p", "Capture", "Captures"),
     ("outbox", "p", "Capture", "Captures"),
@@ -467,12 +476,7 @@ def test_a_poison_message_is_abandoned_alone(
 
     outcomes = p.process_batch(game, batch)
 
-    assert [(o.status, o.version) for o in outcomes] == [
-        ("completed", 1),
-        ("abandoned", None),
-        ("completed", 2),
-    ]
-    assert reason in str(outcomes[1].reason)
+    assert_only_the_middle_one_abandoned(outcomes, reason)
     assert newest(p, game) == (2, {"count": 2, "seen": ["a", "b"]})
     assert [e.id for e in Stream.read(p.store.partition(game)).events] == ["a", "b"]
 
@@ -540,3 +544,78 @@ def test_a_version_stored_before_ids_named_the_key_replays_with_its_own_ids(
     assert (again.status, again.version) == ("duplicate", 1)
     assert [o.id for o in again.outputs] == [o.id for o in old.outputs]
     assert [o.id for o in again.outputs] != [o.id for o in first.outputs]
+
+
+# --- outputs the publisher could never deliver (robustness) ------------------------------
+
+
+@handler("Emitter", None, types=["Emit"])
+def emitter(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
+    spec = message.body
+    state["n"] = state.get("n", 0) + 1
+    for n in range(spec.get("count", 1)):
+        ctx.publish(
+            "Out",
+            {"blob": "b" * spec.get("size", 1), "n": n},
+            key=spec.get("key"),
+            id=spec.get("id"),
+        )
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ({"key": "bad/key"}, "output key 'bad/key' contains '/'"),
+        ({"key": "k\x01"}, "contains '\\x01'"),
+        ({"id": "x" * 600}, "the limit is 1024"),
+        ({"size": 70_000}, "a body of 70"),
+        ({"id": "same", "count": 2}, "two outputs have the id 'same' and different content"),
+    ],
+    ids=["slash-in-key", "control-in-key", "id-over-1KiB", "body-over-64KiB", "same-id-twice"],
+)
+def test_an_output_the_table_publisher_cannot_hold_abandons_its_message_alone(
+    table: TableClient, strategy: str, game: str, spec: dict[str, Any], reason: str
+) -> None:
+    from handlers import TablePublisher
+
+    p = Processor(emitter, table, TablePublisher(table), strategy=strategy)  # type: ignore[arg-type]
+    batch = [
+        Message("a", game, "Emit", {"key": game + "-out"}),
+        Message("bad", game, "Emit", spec),
+        Message("b", game, "Emit", {"key": game + "-out"}),
+    ]
+
+    outcomes = p.process_batch(game, batch)
+
+    assert_only_the_middle_one_abandoned(outcomes, reason)
+    published = sorted(e["RowKey"] for e in table.query_entities(f"PartitionKey eq '{game}-out'"))
+    assert published == sorted(o.outputs[0].id for o in (outcomes[0], outcomes[2]))
+
+
+def test_the_table_publisher_splits_by_bytes_and_refuses_one_id_with_two_contents(
+    table: TableClient, connection_string: str, game: str
+) -> None:
+    from handlers import TablePublisher
+    from tests.faults import DelegatingTransport
+
+    class Sizes(DelegatingTransport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.batches: list[int] = []
+
+        def send(self, request: Any, **kwargs: Any) -> Any:
+            if request.url.endswith("$batch"):
+                self.batches.append(len(request.body or b""))
+            return super().send(request, **kwargs)
+
+    sizes = Sizes()
+    publisher = TablePublisher(faulty_client(connection_string, table, sizes))
+    outputs = [Message(f"o{n}", game, "Out", {"blob": "x" * 60_000}) for n in range(80)]
+
+    publisher.publish(outputs)  # about 6.4 MB of rows with base64 bodies: two transactions
+
+    assert len(sizes.batches) == 2
+    assert max(sizes.batches) < 4 * 1024 * 1024
+    assert len(list(table.query_entities(f"PartitionKey eq '{game}'"))) == 80
+    with pytest.raises(ValueError, match="output id 'o1' comes twice with different content"):
+        publisher.publish([outputs[1], Message("o1", game, "Other", {})])

@@ -85,7 +85,7 @@ def test_a_crafted_key_never_reaches_another_handlers_stream(
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers(-(2**63), 2**63 - 1)
+    | st.integers(-(2**63), 2**64 - 1)
     | st.floats(allow_nan=False)
     | st.text(max_size=20)
     | st.binary(max_size=20),
@@ -101,6 +101,17 @@ json_values = st.recursive(
 def test_message_bodies_round_trip_exactly(body: Any) -> None:
     message = Message("m", "k", "T", body)
     assert Message.decode(message.encode()) == message
+
+
+@SETTINGS
+@given(
+    value=st.integers(2**64, 2**200) | st.integers(-(2**200), -(2**63) - 1),
+    wrap=st.sampled_from(["bare", "list", "map"]),
+)
+def test_integers_outside_msgpack_range_are_refused_with_the_path(value: int, wrap: str) -> None:
+    body = {"bare": value, "list": [1, value], "map": {"a": {"position": value}}}[wrap]
+    with pytest.raises(ValueError, match=f"is the integer {value}, outside msgpack's range"):
+        Message("m", "k", "T", body)
 
 
 @SETTINGS

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +50,120 @@ def test_azurite_listens_on_loopback_with_telemetry_off() -> None:
         assert args[args.index(b"--tableHost") + 1] == b"127.0.0.1"
         assert b"--disableTelemetry" in args
         assert b"--inMemoryPersistence" in args
+
+
+# --- Azurite never outlives the launcher ----------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie (exited, not yet reaped by its parent) is gone too.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" in status.read_text()
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().endswith("\n"):
+            return path.read_text()
+        time.sleep(0.1)
+    raise AssertionError(f"{path} was not written in {timeout} s")
+
+
+CHILD = """
+import os, sys, time
+with open(sys.argv[1] + ".tmp", "w") as out:
+    out.write(f"{os.getpid()} {os.environ['STREAMSTONE_CONNECTION_STRING']}\\n")
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_the_launcher_stops_the_command_and_azurite(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    ready = tmp_path / "ready"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "azurite.launcher", "--", sys.executable, "-c", CHILD, str(ready)],
+        cwd=tmp_path,  # any directory: the launcher finds its own files
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    pid, connection_string = _wait_for(ready).split()
+    port = int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+    assert launcher_answers(port)
+
+    launcher.send_signal(sig)
+
+    assert launcher.wait(timeout=60) == 128 + sig
+    assert _gone(int(pid))
+    assert not launcher_answers(port)
+
+
+def launcher_answers(port: int) -> bool:
+    from azurite.launcher import _answers
+
+    return _answers(port)
+
+
+def test_ctrl_c_during_start_up_leaves_no_process(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    fake = tmp_path / "azurite-table"
+    # Starts, never answers: the launcher is still waiting when Ctrl-C comes.
+    fake.write_text(f'#!/bin/sh\necho "$$" > {pid_file}.tmp\nmv {pid_file}.tmp {pid_file}\n'
+                    "exec sleep 120\n")  # fmt: skip
+    fake.chmod(0o755)
+    script = (
+        "from azurite.launcher import AzuriteTable\n"
+        f"AzuriteTable(binary={str(fake)!r}, startup_timeout=120).start()\n"
+    )
+    starting = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fake_pid = int(pid_file.read_text())
+
+    starting.send_signal(signal.SIGINT)
+
+    _, err = starting.communicate(timeout=30)
+    assert "KeyboardInterrupt" in err
+    deadline = time.monotonic() + 10
+    while not _gone(fake_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(fake_pid)
+
+
+def test_another_server_on_the_port_is_not_taken_for_azurite(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from azurite import launcher
+
+    busy = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=busy.serve_forever, daemon=True).start()
+    taken = busy.server_address[1]
+    ports = iter([taken])
+    real = launcher._free_port
+    monkeypatch.setattr(launcher, "_free_port", lambda: next(ports, None) or real())
+    try:
+        with AzuriteTable(startup_timeout=15) as azurite:
+            assert azurite.port != taken
+            service = TableServiceClient.from_connection_string(azurite.connection_string)
+            assert list(service.list_tables()) == []
+    finally:
+        busy.shutdown()
+        busy.server_close()
+
+
+def test_a_command_killed_by_a_signal_gives_128_plus_its_number() -> None:
+    from azurite.launcher import main
+
+    assert main(["--", "sh", "-c", "kill -TERM $$"]) == 128 + signal.SIGTERM
+    assert main(["--", "sh", "-c", "exit 7"]) == 7

@@ -47,6 +47,13 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> str:
     return str(path)
 
 
+def spread(directory: Path, rows: list[dict[str, Any]], files: int) -> str:
+    """The rows dealt round-robin into ``files`` JSON-lines files, a streaming inbox."""
+    for n in range(files):
+        write_jsonl(directory / f"part-{n:02d}.jsonl", rows[n::files])
+    return str(directory)
+
+
 def game_messages(games: int, shots: int, prefix: str = "game") -> list[dict[str, Any]]:
     rows = []
     for g in range(games):

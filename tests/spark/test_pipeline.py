@@ -21,11 +21,12 @@ from handlers import InMemoryPublisher, Processor
 from handlers.examples import shooting_range
 from spark_driver import JobSettings, read_messages, run_batch, run_stream
 from spark_driver._executor import process_partition
-from spark_driver._job import Counters
-from tests.spark.conftest import game_messages, write_jsonl
+from tests.spark.conftest import game_messages, spread, write_jsonl
 from tests.spark.flaky import die_marker
 
 GAMES, SHOTS = 12, 9
+#: Both strategies must give the clean run's outputs and states under every fault.
+STRATEGIES = pytest.mark.parametrize("strategy", ["state", "outbox"])
 
 
 def client(table: str) -> TableClient:
@@ -115,11 +116,14 @@ def test_duplicated_input_changes_each_message_once(
     assert states(table_name, keys_of(rows)) == states(table_name + "c", keys_of(rows))
 
 
+@STRATEGIES
 def test_failed_task_attempts_are_retried_to_the_same_result(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
 ) -> None:
     rows, expected, path = arrange(spark, tmp_path, table_name)
-    settings = JobSettings(table=table_name, handler="tests.spark.flaky:first_attempt_dies")
+    settings = JobSettings(
+        table=table_name, handler="tests.spark.flaky:first_attempt_dies", strategy=strategy
+    )
 
     summary = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
 
@@ -130,46 +134,56 @@ def test_failed_task_attempts_are_retried_to_the_same_result(
     assert summary.messages_in >= len(rows)
 
 
+@STRATEGIES
 def test_speculative_copies_of_a_task_give_the_same_result(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
 ) -> None:
     # Local mode never speculates, so run what a speculative attempt is: the
     # same task body twice at once on the two cores, over the same rows.
     rows = sorted(game_messages(GAMES, SHOTS), key=lambda r: r["key"])
     expected = clean_run(spark, tmp_path, table_name + "c", rows)
     client(table_name)
-    settings = JobSettings(table=table_name, handler="shooting_range")
-    counters = Counters(spark)
+    settings = JobSettings(table=table_name, handler="shooting_range", strategy=strategy)
     twins = spark.sparkContext.parallelize([rows, rows], 2)
-    results = twins.flatMap(
-        lambda part: list(process_partition(part, settings, counters))
-    ).collect()
+    results = twins.flatMap(lambda part: list(process_partition(part, settings))).collect()
 
     produced = sorted({(r[1], r[2], r[3], r[7], r[8]) for r in results if r[0] == "output"})
     assert produced == expected
+    # Each copy emitted every output: whichever copy Spark keeps, none is missing.
+    for copy in (results[: len(results) // 2], results[len(results) // 2 :]):
+        assert sorted({(r[1], r[2], r[3], r[7], r[8]) for r in copy if r[0] == "output"}) == (
+            expected
+        )
     statuses = sorted(r[4] for r in results if r[0] == "outcome")
     assert statuses.count("completed") == len(rows)
     assert statuses.count("duplicate") == len(rows)
     assert states(table_name, keys_of(rows)) == states(table_name + "c", keys_of(rows))
 
 
+@STRATEGIES
 def test_a_job_killed_midway_and_rerun_gives_the_same_result(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
 ) -> None:
     rows, expected, path = arrange(spark, tmp_path, table_name)
     marker = die_marker(f"game-{GAMES // 2:03d}-shot-4")
     marker.touch()
     try:
-        dying = JobSettings(table=table_name, handler="tests.spark.flaky:job_dies")
+        dying = JobSettings(
+            table=table_name, handler="tests.spark.flaky:job_dies", strategy=strategy
+        )
         with pytest.raises(Exception, match="TaskDied"):
             run_batch(spark, path, str(tmp_path / "out"), dying, partitions=3)
     finally:
         marker.unlink()
     assert not (tmp_path / "out" / "outputs").exists()  # the commit protocol left nothing
 
-    settings = JobSettings(table=table_name, handler="shooting_range")
+    settings = JobSettings(table=table_name, handler="shooting_range", strategy=strategy)
     run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
 
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+    # A rerun into the same output (overwrite) writes every output again.
+    again = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
+    assert (again.processed, again.duplicates) == (0, len(rows))
     assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
 
 
@@ -233,15 +247,14 @@ def test_bad_rows_are_dead_lettered_and_the_rest_processed(
     assert versions == dict.fromkeys(keys_of(good), 1 + 4)
 
 
+@STRATEGIES
 def test_streaming_replay_of_the_last_batch_gives_the_same_files(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
 ) -> None:
     rows = game_messages(6, 6)
     client(table_name)
-    inbox = tmp_path / "inbox"
-    for n in range(3):
-        write_jsonl(inbox / f"part-{n}.jsonl", rows[n::3])
-    settings = JobSettings(table=table_name, handler="shooting_range")
+    inbox = spread(tmp_path / "inbox", rows, 3)
+    settings = JobSettings(table=table_name, handler="shooting_range", strategy=strategy)
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
     first = run_stream(
