@@ -11,6 +11,7 @@ and is applied but its answer is lost.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -172,8 +173,11 @@ class ChaosStore(StateStore):
     def outbox(self, partition: Partition, message_id: str) -> Any:
         return self._around("outbox", super().outbox, partition, message_id)
 
-    def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
-        self._around("mark_dispatched", super().mark_dispatched, partition, message_ids)
+    def mark_dispatched(
+        self, partition: Partition, message_ids: Sequence[str], **options: Any
+    ) -> None:
+        call = functools.partial(super().mark_dispatched, **options)
+        self._around("mark_dispatched", call, partition, message_ids)
 
     def undispatched(self, partition: Partition) -> set[str]:
         return self._around("undispatched", super().undispatched, partition)  # type: ignore[no-any-return]
