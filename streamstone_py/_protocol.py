@@ -21,7 +21,14 @@ from azure.core import MatchConditions
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import TableClient, UpdateMode
 
-from ._retry import DEFAULT_POLICY, RetryPolicy, is_ambiguous, is_transient
+from ._retry import (
+    DEFAULT_POLICY,
+    TRANSPORT_ERRORS,
+    RetryPolicy,
+    as_service_error,
+    is_ambiguous,
+    is_transient,
+)
 
 T = TypeVar("T")
 
@@ -97,6 +104,18 @@ class Pause:
 #: Per-call option that switches the SDK's own retries off: the runners retry,
 #: knowing which failures of a write are ambiguous (see ``_retry``).
 NO_SDK_RETRY: Final[dict[str, Any]] = {"retry_total": 0}
+#: The shortest connect and read timeout one try gets, however little time is left.
+MIN_TIMEOUT: Final = 0.5
+
+
+def call_options(deadline: float | None) -> dict[str, Any]:
+    """Per-call options: no SDK retries, and timeouts that end the try by ``deadline``
+    (``None``: the default policy's total time from now)."""
+    if deadline is None:
+        deadline = DEFAULT_POLICY.deadline()
+    left = max(MIN_TIMEOUT, deadline - time.monotonic())
+    return {**NO_SDK_RETRY, "connection_timeout": left, "read_timeout": left}
+
 
 Request: TypeAlias = (
     GetEntity | QueryEntities | CreateEntity | UpdateEntity | SubmitTransaction | Parallel | Pause
@@ -120,10 +139,10 @@ def query_entities(
     return cast(list[Row], (yield request))
 
 
-def query_args(request: QueryEntities) -> dict[str, Any]:
+def query_args(request: QueryEntities, options: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments of ``query_entities`` for both clients."""
     args: dict[str, Any] = {
-        **NO_SDK_RETRY,
+        **options,
         "parameters": dict(request.parameters),
         "results_per_page": min(request.page_size, request.limit or request.page_size),
     }
@@ -193,10 +212,10 @@ class Done(Exception):
         self.value = value
 
 
-def update_args(etag: str) -> dict[str, Any]:
+def update_args(etag: str, options: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments of a conditional replace, for both clients."""
     return {
-        **NO_SDK_RETRY,
+        **options,
         "mode": UpdateMode.REPLACE,
         "etag": etag,
         "match_condition": MatchConditions.IfNotModified,
@@ -228,28 +247,35 @@ def advance(steps: Steps[Any], result: object, error: AzureError | None) -> Requ
         raise Done(stop.value) from None
 
 
-def _execute(table: TableClient, request: Request) -> object:
+def _execute(table: TableClient, request: Request, deadline: float | None = None) -> object:
+    try:
+        return _send(table, request, call_options(deadline))
+    except AzureError:
+        raise
+    except TRANSPORT_ERRORS as exc:  # escaped the SDK, e.g. a response cut mid-body
+        raise as_service_error(exc) from exc
+
+
+def _send(table: TableClient, request: Request, options: dict[str, Any]) -> object:
     match request:
         case GetEntity(partition_key, row_key):
             try:
-                entity = table.get_entity(partition_key, row_key, **NO_SDK_RETRY)
+                entity = table.get_entity(partition_key, row_key, **options)
             except ResourceNotFoundError as exc:
                 if _table_missing(exc):
                     raise
                 return None
             return Row(dict(entity), str(entity.metadata["etag"]))
         case QueryEntities(filter=filter, limit=limit):
-            pages = table.query_entities(filter, **query_args(request))
+            pages = table.query_entities(filter, **query_args(request, options))
             return [Row(e, str(e.metadata["etag"])) for e in itertools.islice(pages, limit)]
         case CreateEntity(entity):
-            return str(table.create_entity(entity, **NO_SDK_RETRY)["etag"])
+            return str(table.create_entity(entity, **options)["etag"])
         case UpdateEntity(entity, etag):
-            metadata = table.update_entity(entity, **update_args(etag))
+            metadata = table.update_entity(entity, **update_args(etag, options))
             return str(metadata["etag"])
         case SubmitTransaction(operations):
-            results = table.submit_transaction(
-                [sdk_operation(op) for op in operations], **NO_SDK_RETRY
-            )
+            results = table.submit_transaction([sdk_operation(op) for op in operations], **options)
             return [r.get("etag") for r in results]
     raise TypeError(f"unknown request {request!r}")
 
@@ -301,7 +327,8 @@ def run(partition: object, steps: Steps[T]) -> T:
             continue
 
         def call(request: Request, client: TableClient = client) -> object:
-            return tenacity.Retrying(**retry_args(policy, request))(_execute, client, request)
+            retrying = tenacity.Retrying(**retry_args(policy, request))
+            return retrying(_execute, client, request, policy.deadline())
 
         try:
             if isinstance(request, Parallel):

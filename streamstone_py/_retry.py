@@ -1,22 +1,123 @@
 """Transient storage faults: which ones to retry, and how long to keep trying.
 
 A read can always be sent again. A write can be sent again only when the
-failure proves it was not applied (the connection failed before the request
-went out, or the service throttled it). Any other failure of a write is
-*ambiguous*: the request may have committed although no answer came. The
-runners never retry those; they hand them to the verb, which resolves them by
-reading the stream (see ``_operations.write``).
+failure proves it was not applied (no connection could be made, or the
+service throttled it). Any other failure of a write is *ambiguous*: the
+request may have committed although no answer came. The runners never retry
+those; they hand them to the verb, which resolves them by reading the stream
+(see ``_operations.write``).
+
+Every way a transport fails maps to one of three kinds, for both clients:
+
+- *not sent*: the connection could not be made (refused, unreachable, a
+  connect timeout): a ``ServiceRequestError`` whose cause says so. Transient.
+- *ambiguous*: anything after the connection was made: a dropped connection
+  (aiohttp reports it as a ``ServiceRequestError`` too), a lost or cut
+  response (``ServiceResponseError``, ``IncompleteReadError``, or a
+  ``requests``/``urllib3``/``aiohttp`` error that escapes the SDK, which the
+  runners turn into a ``ServiceResponseError``), a read timeout, 408 and 5xx.
+  Transient for reads; resolved by reading for writes.
+- *definite*: any other answer of the service.
 """
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import time
 from dataclasses import dataclass
 from typing import Final
 
 import tenacity
-from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+from azure.core.exceptions import (
+    DecodeError,
+    HttpResponseError,
+    IncompleteReadError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
 
-__all__ = ["RetryPolicy", "is_ambiguous", "is_transient"]
+__all__ = [
+    "TRANSPORT_ERRORS",
+    "RetryPolicy",
+    "as_service_error",
+    "is_ambiguous",
+    "is_transient",
+    "proves_not_sent",
+]
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """The base classes of what the transports raise below the SDK."""
+    found: list[type[BaseException]] = [
+        http.client.HTTPException,
+        asyncio.IncompleteReadError,
+        ConnectionError,
+    ]
+    try:
+        import requests
+        import urllib3
+
+        found += [requests.exceptions.RequestException, urllib3.exceptions.HTTPError]
+    except ImportError:  # pragma: no cover - azure-core depends on requests
+        pass
+    try:
+        import aiohttp
+
+        found.append(aiohttp.ClientError)
+    except ImportError:  # pragma: no cover - aiohttp is a dependency of the async client
+        pass
+    return tuple(found)
+
+
+#: Transport failures that can escape the SDK (a response cut mid-body, say).
+TRANSPORT_ERRORS: Final = _transport_errors()
+
+#: Names of the causes that prove no connection was made, so nothing was sent.
+_NOT_CONNECTED: Final = frozenset(
+    {
+        "ClientConnectorError",  # aiohttp: could not connect
+        "NewConnectionError",  # urllib3: could not connect
+        "ConnectTimeoutError",  # urllib3
+        "ConnectTimeout",  # requests
+        "ConnectionRefusedError",
+    }
+)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    queue: list[BaseException | None] = [exc]
+    while queue:
+        current = queue.pop()
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        inner = getattr(current, "inner_exception", None)
+        reason = getattr(current, "reason", None)
+        queue += [
+            current.__cause__,
+            current.__context__,
+            inner if isinstance(inner, BaseException) else None,
+            reason if isinstance(reason, BaseException) else None,
+            *(a for a in current.args if isinstance(a, BaseException)),
+        ]
+    return seen
+
+
+def proves_not_sent(exc: BaseException) -> bool:
+    """True if the failure shows that no connection was made for the request."""
+    return any(
+        any(cls.__name__ in _NOT_CONNECTED for cls in type(cause).__mro__) for cause in _causes(exc)
+    )
+
+
+def as_service_error(exc: BaseException) -> ServiceRequestError | ServiceResponseError:
+    """A transport failure that escaped the SDK, as the SDK's own error of its kind."""
+    if proves_not_sent(exc):
+        return ServiceRequestError(f"no connection: {exc!r}", error=exc)
+    return ServiceResponseError(f"the connection broke during the request: {exc!r}", error=exc)
+
 
 #: Statuses worth another try: timeout, throttling, and the service's own failures.
 TRANSIENT_STATUSES: Final = frozenset({408, 429, 500, 502, 503, 504})
@@ -24,18 +125,28 @@ TRANSIENT_STATUSES: Final = frozenset({408, 429, 500, 502, 503, 504})
 AMBIGUOUS_STATUSES: Final = frozenset({408, 500, 502, 503, 504})
 
 
+def _cut_response(exc: BaseException) -> bool:
+    """A response that arrived incomplete or unreadable: the request was served."""
+    return isinstance(exc, IncompleteReadError | DecodeError)
+
+
 def is_transient(exc: BaseException) -> bool:
-    """A fault that may pass: connection errors, lost responses, throttling, 5xx."""
-    if isinstance(exc, ServiceRequestError | ServiceResponseError):
+    """A fault that may pass: connection errors, lost or cut responses, throttling, 5xx."""
+    if isinstance(exc, ServiceRequestError | ServiceResponseError) or _cut_response(exc):
         return True
     return isinstance(exc, HttpResponseError) and exc.status_code in TRANSIENT_STATUSES
 
 
 def is_ambiguous(exc: BaseException) -> bool:
-    """A write fault after which the write may have been applied."""
-    if isinstance(exc, ServiceRequestError):  # the request never left
-        return False
-    if isinstance(exc, ServiceResponseError):  # it left; the answer did not come back
+    """A write fault after which the write may have been applied.
+
+    Only a failure that proves no connection was made counts as not sent:
+    aiohttp reports a connection the server closed after applying the request
+    as a ``ServiceRequestError`` too.
+    """
+    if isinstance(exc, ServiceRequestError):
+        return not proves_not_sent(exc)
+    if isinstance(exc, ServiceResponseError) or _cut_response(exc):
         return True
     return isinstance(exc, HttpResponseError) and exc.status_code in AMBIGUOUS_STATUSES
 
@@ -46,7 +157,10 @@ class RetryPolicy:
 
     Exponential backoff with full jitter from ``initial_delay`` up to
     ``max_delay`` between tries; at most ``attempts`` tries and ``total_time``
-    seconds per call. The same bounds apply to resolving an ambiguous write.
+    seconds per call: each try's connect and read timeouts are the time left,
+    so a server that never answers fails the call after about ``total_time``.
+    The same bounds apply to resolving an ambiguous write (a write whose
+    answer was lost can so take up to about twice ``total_time``).
     ``RetryPolicy(attempts=1)`` turns retries off.
     """
 
@@ -70,6 +184,10 @@ class RetryPolicy:
 
     def wait(self) -> tenacity.wait.wait_base:
         return tenacity.wait_random_exponential(multiplier=self.initial_delay, max=self.max_delay)
+
+    def deadline(self) -> float:
+        """When a call that starts now must be over (``time.monotonic()`` clock)."""
+        return time.monotonic() + self.total_time
 
     def delay(self, attempt: int) -> float:
         """The pause before try ``attempt + 1`` (for retries the verbs drive)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import tenacity
 from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -31,7 +31,6 @@ from . import _maintenance, _operations
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import (
-    NO_SDK_RETRY,
     CreateEntity,
     Done,
     GetEntity,
@@ -45,13 +44,14 @@ from ._protocol import (
     UpdateEntity,
     _table_missing,
     advance,
+    call_options,
     query_args,
     require_client,
     retry_args,
     sdk_operation,
     update_args,
 )
-from ._retry import DEFAULT_POLICY, RetryPolicy
+from ._retry import DEFAULT_POLICY, TRANSPORT_ERRORS, RetryPolicy, as_service_error
 from ._stream import Stream as StreamHeader
 from ._values import PropertyValue
 
@@ -60,11 +60,22 @@ __all__ = ["Stream", "run"]
 T = TypeVar("T")
 
 
-async def _execute(table: AsyncTableClient, request: Request) -> object:
+async def _execute(
+    table: AsyncTableClient, request: Request, deadline: float | None = None
+) -> object:
+    try:
+        return await _send(table, request, call_options(deadline))
+    except AzureError:
+        raise
+    except TRANSPORT_ERRORS as exc:  # escaped the SDK, e.g. a response cut mid-body
+        raise as_service_error(exc) from exc
+
+
+async def _send(table: AsyncTableClient, request: Request, options: dict[str, Any]) -> object:
     match request:
         case GetEntity(partition_key, row_key):
             try:
-                entity = await table.get_entity(partition_key, row_key, **NO_SDK_RETRY)
+                entity = await table.get_entity(partition_key, row_key, **options)
             except ResourceNotFoundError as exc:
                 if _table_missing(exc):
                     raise
@@ -72,19 +83,19 @@ async def _execute(table: AsyncTableClient, request: Request) -> object:
             return Row(dict(entity), str(entity.metadata["etag"]))
         case QueryEntities(filter=filter, limit=limit):
             rows: list[Row] = []
-            async for entity in table.query_entities(filter, **query_args(request)):
+            async for entity in table.query_entities(filter, **query_args(request, options)):
                 if limit is not None and len(rows) >= limit:
                     break
                 rows.append(Row(entity, str(entity.metadata["etag"])))
             return rows
         case CreateEntity(entity):
-            return str((await table.create_entity(entity, **NO_SDK_RETRY))["etag"])
+            return str((await table.create_entity(entity, **options))["etag"])
         case UpdateEntity(entity, etag):
-            metadata = await table.update_entity(entity, **update_args(etag))
+            metadata = await table.update_entity(entity, **update_args(etag, options))
             return str(metadata["etag"])
         case SubmitTransaction(operations):
             results = await table.submit_transaction(
-                [sdk_operation(op) for op in operations], **NO_SDK_RETRY
+                [sdk_operation(op) for op in operations], **options
             )
             return [r.get("etag") for r in results]
     raise TypeError(f"unknown request {request!r}")
@@ -112,7 +123,7 @@ async def run(partition: object, steps: Steps[T]) -> T:
 
         async def call(request: Request, client: AsyncTableClient = client) -> object:
             retrying = tenacity.AsyncRetrying(**retry_args(policy, request))
-            return await retrying(_execute, client, request)
+            return await retrying(_execute, client, request, policy.deadline())
 
         try:
             if isinstance(request, Parallel):

@@ -68,7 +68,11 @@ class FaultPlan:
         if fault.meanwhile is not None:
             fault.meanwhile()
         if fault.kind == "before":
-            raise ServiceRequestError("injected fault: connection failed before sending")
+            # As a transport reports a refused connection: the cause proves nothing was sent.
+            raise ServiceRequestError(
+                "injected fault: connection failed before sending",
+                error=ConnectionRefusedError(111, "Connection refused"),
+            )
         raise ServiceResponseError("injected fault: the response was lost")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from azure.core.exceptions import (
     HttpResponseError,
+    IncompleteReadError,
     ServiceRequestError,
     ServiceResponseError,
 )
@@ -243,8 +244,11 @@ def _status_error(status: int) -> HttpResponseError:
 @pytest.mark.parametrize(
     ("error", "transient", "ambiguous"),
     [
-        (ServiceRequestError("refused"), True, False),
+        (ServiceRequestError("refused", error=ConnectionRefusedError(111, "refused")), True, False),
+        # aiohttp reports a connection the server dropped after applying the request so:
+        (ServiceRequestError("server disconnected"), True, True),
         (ServiceResponseError("reset"), True, True),
+        (IncompleteReadError("cut after the headers"), True, True),
         (_status_error(408), True, True),
         (_status_error(429), True, False),
         (_status_error(500), True, True),

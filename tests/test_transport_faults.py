@@ -1,0 +1,125 @@
+"""Faults on a real socket, below the SDK, for both clients (through azurite.proxy).
+
+The server applies a write and the connection drops before the answer; a
+response is cut after its headers; a server accepts a request and never
+answers. Each must end as a success, a definite engine error, or a bounded
+failure: never a committed write reported as failed, never a transport
+exception leaking out, never a call that outlives its retry policy.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from azure.core.exceptions import AzureError
+from azure.data.tables import TableClient, TableServiceClient
+from azure.data.tables.aio import TableClient as AsyncTableClient
+
+from azurite.proxy import Action, Proxy, Request
+from streamstone_py import EventData, Partition, RetryPolicy, Stream
+from tests.helpers import S, wait
+
+FAST = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05, total_time=3.0)
+
+
+def _port(connection_string: str) -> int:
+    return int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+
+
+@pytest.fixture
+def proxy(connection_string: str) -> Iterator[Proxy]:
+    with Proxy(_port(connection_string)) as running:
+        yield running
+
+
+@pytest.fixture(params=["sync", "async"])
+def via_proxy(
+    request: pytest.FixtureRequest,
+    connection_string: str,
+    service: TableServiceClient,
+    proxy: Proxy,
+) -> Iterator[Partition]:
+    """A partition whose client talks to Azurite through the proxy."""
+    name = "faults" + uuid.uuid4().hex[:8]
+    service.create_table(name)
+    through = proxy.endpoint_of(connection_string)
+    client: Any
+    if request.param == "async":
+        client = AsyncTableClient.from_connection_string(through, name)
+    else:
+        client = TableClient.from_connection_string(through, name)
+    yield Partition(client, "k-" + uuid.uuid4().hex[:8], retry=FAST)
+    if request.param == "async":
+        wait(client.close())
+    else:
+        client.close()
+
+
+def once(action: Action, method: str, url_part: str = "") -> Any:
+    """A plan: ``action`` for the first matching request, then pass everything."""
+    taken: list[Request] = []
+
+    def decide(request: Request) -> Action:
+        if not taken and request.method == method and url_part.encode() in request.head:
+            taken.append(request)
+            return action
+        return "pass"
+
+    return decide
+
+
+def events(n: int) -> list[EventData]:
+    return [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, n + 1)]
+
+
+@pytest.mark.parametrize("action", ["drop", "truncate"])
+def test_a_write_applied_then_cut_off_is_reported_as_committed(
+    via_proxy: Partition, proxy: Proxy, action: Action
+) -> None:
+    proxy.plan(once(action, "POST", "$batch"))
+
+    result = S.write(Stream(via_proxy), *events(3))
+
+    assert result.stream.version == 3
+    assert [(e.version, e.id) for e in result.events] == [(1, "e1"), (2, "e2"), (3, "e3")]
+    assert [a for _, a in proxy.seen].count(action) == 1
+    proxy.plan(lambda request: "pass")
+    assert [e.id for e in S.read(via_proxy).events] == ["e1", "e2", "e3"]
+    assert S.write(result.stream, EventData(id="e4")).stream.version == 4
+
+
+def test_a_write_refused_before_it_was_sent_is_sent_again(
+    via_proxy: Partition, proxy: Proxy
+) -> None:
+    proxy.plan(once("refuse", "POST", "$batch"))
+    result = S.write(Stream(via_proxy), *events(2))
+    assert result.stream.version == 2
+    assert [e.id for e in S.read(via_proxy).events] == ["e1", "e2"]
+
+
+def test_a_cut_read_is_retried(via_proxy: Partition, proxy: Proxy) -> None:
+    S.write(Stream(via_proxy), *events(5))
+    proxy.plan(once("truncate", "GET"))
+
+    page = S.read(via_proxy, 1, 100)
+
+    assert [e.id for e in page.events] == ["e1", "e2", "e3", "e4", "e5"]
+    assert [a for _, a in proxy.seen].count("truncate") == 1
+
+
+def test_a_server_that_never_answers_fails_the_call_within_its_total_time(
+    via_proxy: Partition, proxy: Proxy
+) -> None:
+    S.write(Stream(via_proxy), *events(1))
+    proxy.plan(lambda request: "hang")
+
+    started = time.monotonic()
+    with pytest.raises(AzureError):
+        S.read(via_proxy, 1, 10)
+    elapsed = time.monotonic() - started
+
+    assert elapsed < FAST.total_time + 3.0, elapsed
