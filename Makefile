@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup demo demo-outbox test lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup demo demo-outbox test test-spark35 lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -39,6 +39,22 @@ unit: setup
 
 test: lint typecheck unit
 
+# The Spark tests and the demo's exactly-once check on PySpark 3.5 LTS, in a
+# second virtualenv (make test runs everything on the newest PySpark).
+VENV35 := .venv-spark35
+PY35 := $(VENV35)/bin/python
+
+$(VENV35)/.installed: pyproject.toml
+	test -x $(PY35) || $(PYTHON) -m venv $(VENV35)
+	$(PY35) -m pip install --quiet --upgrade pip
+	$(PY35) -m pip install --quiet -e '.[dev]' 'pyspark>=3.5,<3.6'
+	touch $@
+
+test-spark35: $(VENV35)/.installed $(NODE_MODULES)
+	$(PY35) -c 'import pyspark, sys; v = pyspark.__version__; print("PySpark", v); sys.exit(not v.startswith("3.5."))'
+	$(PY35) -m pytest tests/spark
+	$(PY35) -m azurite.launcher -- $(PY35) -m spark_driver demo
+
 # The chaos harness; e.g. `make chaos DURATION=600 THREADS=2 PROCESSES=2 SEED=7`.
 DURATION ?= 60
 THREADS ?= 2
@@ -57,4 +73,4 @@ bench-quick: setup
 	$(PY) benchmarks/run_all.py --quick
 
 clean:
-	rm -rf $(VENV) azurite/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV35) azurite/node_modules .pytest_cache .mypy_cache .ruff_cache

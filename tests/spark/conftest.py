@@ -67,3 +67,19 @@ def game_messages(games: int, shots: int, prefix: str = "game") -> list[dict[str
                 {"message_id": f"{key}-shot-{n}", "key": key, "type": "FireAt", "body": body}
             )
     return rows
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """PySpark 3.5 leaves the local sockets it reads collected rows from to the
+    garbage collector (4.x closes them), which the suite's warnings-as-errors
+    would report as this test's fault: on 3.5 only, those warnings are ignored."""
+    import pyspark
+
+    if not pyspark.__version__.startswith("3."):
+        return
+    ignore = pytest.mark.filterwarnings(
+        r"ignore:Exception ignored in. <socket\.socket:pytest.PytestUnraisableExceptionWarning"
+    )
+    for item in items:
+        if Path(str(item.path)).is_relative_to(ROOT / "tests" / "spark"):
+            item.add_marker(ignore)
