@@ -48,6 +48,7 @@ from ._values import (
     RESERVED_NAMES,
     VERSION,
     check_entity,
+    comparable,
     convert_properties,
     from_table,
     payload_size,
@@ -165,6 +166,10 @@ class _Unresolved(enum.Enum):
 NOT_APPLIED: Final = _Unresolved.NOT_APPLIED
 CONFLICT: Final = _Unresolved.CONFLICT
 
+#: A well-formed ETag that no row ever has (its time precedes every write): a
+#: header that carries it makes the next conditional write conflict.
+STALE_ETAG: Final = "W/\"datetime'1970-01-01T00%3A00%3A00.0000000Z'\""
+
 #: Reports how each write whose outcome was unknown got resolved (INFO records
 #: with an ``outcome`` attribute: "committed", "not applied" or "conflict").
 log: Final = logging.getLogger("streamstone_py")
@@ -236,7 +241,7 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
         if row is None:
             return NOT_APPLIED
         found = _stream_from_row(partition, row)
-        mine = found.version == 0 and dict(found.properties) == dict(properties or {})
+        mine = found.version == 0 and comparable(found.properties) == comparable(properties or {})
         return row.etag if mine and not _is_deleted(row) else CONFLICT
 
     try:
@@ -295,8 +300,8 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
         if row is None or _is_deleted(row):
             return CONFLICT
         found = _stream_from_row(partition, row)
-        mine = (found.version, found.first_version, dict(found.properties)) == (
-            stream.version, stream.first_version, dict(properties),
+        mine = (found.version, found.first_version, comparable(found.properties)) == (
+            stream.version, stream.first_version, comparable(properties),
         )  # fmt: skip
         return row.etag if mine else CONFLICT
 
@@ -554,7 +559,7 @@ def write(
 
         def send(operations: list[TableOperation] = operations) -> Steps[_Commit]:
             etags = yield from submit_transaction(operations)
-            return _Commit(str(etags[0]), None, etags[1:])
+            return _Commit(str(etags[0]), etags[1:])
 
         def resolve(
             before: _stream.Stream = current, chunk: _Chunk = chunk, version: int = version
@@ -576,10 +581,10 @@ def write(
             if isinstance(role, Include):
                 kept = None if op.kind == "delete" else new_etag
                 includes.append(Include._applied(role.operation, role.entity, kept))
-        current = commit.header or _stream.Stream._stored(
+        current = _stream.Stream._stored(
             partition, commit.etag, version, chunk.header_properties, current.first_version
         )
-        if current.version != version and chunk is not chunks[-1]:
+        if commit.moved and chunk is not chunks[-1]:
             # Ours committed, but others appended after it: the rest would interleave.
             error = ConcurrencyConflictError(
                 partition, "the stream changed between the transactions of this write"
@@ -591,12 +596,14 @@ def write(
 
 @dataclass(frozen=True, slots=True)
 class _Commit:
-    """A chunk that committed: the header's new ETag (or the header re-read after
-    an ambiguous commit) and the ETags of the chunk's other operations."""
+    """A chunk that committed: the header's new ETag and the ETags of the
+    chunk's other operations. ``moved``: found committed after an ambiguous
+    answer, with the stream changed by others since (the ETag is then
+    :data:`STALE_ETAG`)."""
 
     etag: str
-    header: _stream.Stream | None
     etags: Sequence[str | None]
+    moved: bool = False
 
 
 def _resolve_chunk(
@@ -626,8 +633,8 @@ def _resolve_chunk(
         RecordedEvent(v, e.id, dict(e.properties))
         for v, e in enumerate(chunk.events, start=before.version + 1)
     ]
-    if [(e.version, e.id, dict(e.properties)) for e in found] != [
-        (e.version, e.id, dict(e.properties)) for e in expected
+    if [(e.version, e.id, comparable(e.properties)) for e in found] != [
+        (e.version, e.id, comparable(e.properties)) for e in expected
     ]:
         return CONFLICT
     # Our events are there, so our includes were applied with them: read their ETags.
@@ -638,7 +645,12 @@ def _resolve_chunk(
             continue
         included = yield from get_entity(partition.partition_key, op.entity["RowKey"])
         etags.append(included.etag if included is not None else None)
-    return _Commit(row.etag, header, etags)
+    ours = (version, before.first_version, comparable(chunk.header_properties))
+    if (header.version, header.first_version, comparable(header.properties)) != ours:
+        # Others changed the stream after our commit. Their header's ETag would
+        # let the caller's next write through on top of changes it never saw.
+        return _Commit(STALE_ETAG, etags, moved=True)
+    return _Commit(row.etag, etags)
 
 
 def write_to(

@@ -9,7 +9,7 @@ from . import _maintenance, _operations
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import run
-from ._values import RESERVED_NAMES, PropertyValue, convert_properties, freeze
+from ._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
 
 __all__ = ["Stream"]
 
@@ -95,7 +95,8 @@ class Stream:
         return self._key() == other._key()
 
     def _key(self) -> tuple[object, ...]:
-        return (self.partition, self.etag, self.version, dict(self.properties), self.first_version)
+        props = comparable(self.properties)
+        return (self.partition, self.etag, self.version, props, self.first_version)
 
     __hash__ = None  # type: ignore[assignment]  # equal headers may have unhashable properties
 
@@ -158,6 +159,12 @@ class Stream:
         header was read, or an event version is taken; :class:`DuplicateEventError`
         if an event id is already stored; :class:`IncludedOperationConflictError`
         if an include fails. In each case the partition is left as it was.
+
+        The result's ``stream`` is the header as this write left it. If the
+        answer was lost and others changed the stream before the engine found
+        the write committed, that header carries an ETag that matches no row:
+        a write, ``set_properties`` or ``delete`` with it conflicts, so the
+        caller re-reads instead of acting on changes it has not seen.
 
         Several includes of one RowKey in one transaction fold into one
         operation (see :func:`fold_includes`); ``track_changes=False`` sends
