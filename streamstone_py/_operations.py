@@ -80,6 +80,8 @@ MAX_BATCH_OPERATIONS: Final = 100
 MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
 #: Slices up to this size are read with point reads instead of a range query.
 POINT_READ_SLICE: Final = 4
+#: Reads of a slice whose rows a truncation kept removing under it.
+_READ_ATTEMPTS: Final = 5
 #: Largest slice one read returns; the table service pages at 1,000 anyway.
 MAX_SLICE_SIZE: Final = 100_000
 
@@ -345,50 +347,68 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
             page_size=min(last - first + 1, 1000),
         )
 
-    if slice_size <= POINT_READ_SLICE:
-        # A few versions: point reads of exactly those rows, beside the header,
-        # cost the same however long the stream is.
-        found = yield from parallel(
-            GetEntity(pk, header_key),
-            *(GetEntity(pk, partition.event_row_key(v)) for v in range(start_version, end + 1)),
-        )
-        header, rows = found[0], [row for row in found[1:] if row is not None]
-    elif start_version == 1 and slice_size < 1000:
-        # The header sorts just before the event rows, so one range query (one
-        # page) reads both, and the scan meets the header before its events.
-        rows = yield from query_entities(
-            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
-            {"pk": pk, "first": header_key, "last": partition.event_row_key(end)},
-            page_size=slice_size + 1,
-        )
-        header = rows[0] if rows and rows[0].properties["RowKey"] == header_key else None
-    else:
+    def header_and_rows() -> Steps[tuple[Row | None, list[Row]]]:
+        if slice_size <= POINT_READ_SLICE:
+            # A few versions: point reads of exactly those rows, beside the
+            # header, cost the same however long the stream is.
+            keys = [partition.event_row_key(v) for v in range(start_version, end + 1)]
+            found = yield from parallel(
+                GetEntity(pk, header_key), *(GetEntity(pk, k) for k in keys)
+            )
+            return found[0], [row for row in found[1:] if row is not None]
+        if start_version == 1 and slice_size < 1000:
+            # The header sorts just before the event rows, so one range query
+            # (one page) reads both, and the scan meets the header before its events.
+            rows = yield from query_entities(
+                "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+                {"pk": pk, "first": header_key, "last": partition.event_row_key(end)},
+                page_size=slice_size + 1,
+            )
+            header = rows[0] if rows and rows[0].properties["RowKey"] == header_key else None
+            return header, rows
         header, rows = yield from parallel(
             GetEntity(pk, header_key), events_between(start_version, end)
         )
-    if header is None or _is_deleted(header):
-        raise StreamNotFoundError(partition)
-    stream = _stream_from_row(partition, header)
-    # Events up to the header's version are committed and immutable: the slice
-    # stops there, so it is consistent with the header it reports. Rows below a
-    # truncation point may linger while truncate sweeps them.
-    last = min(end, stream.version)
-    first = max(start_version, stream.first_version)
-    first_key, last_key = partition.event_row_key(first), partition.event_row_key(last)
-    events = [
-        _recorded_from_row(row.properties)
-        for row in rows
-        if first_key <= row.properties["RowKey"] <= last_key
-    ]
-    if first <= last and len(events) < last - first + 1:
-        # The events query ran before the header read: what committed between
-        # them is the newest, so only a tail is missing.
-        tail = events[-1].version + 1 if events else first
-        request = events_between(tail, last)
-        more = yield from query_entities(request.filter, request.parameters, request.page_size)
-        events += [_recorded_from_row(row.properties) for row in more]
-    return StreamSlice(
-        stream, tuple(events), end >= stream.version, truncated=start_version < stream.first_version
+        return header, rows
+
+    for _ in range(_READ_ATTEMPTS):
+        header, rows = yield from header_and_rows()
+        if header is None or _is_deleted(header):
+            raise StreamNotFoundError(partition)
+        stream = _stream_from_row(partition, header)
+        # Events up to the header's version are committed and immutable: the
+        # slice stops there. Rows below a truncation point may linger while
+        # truncate sweeps them.
+        last = min(end, stream.version)
+        first = max(start_version, stream.first_version)
+        wanted = list(range(first, last + 1))
+        first_key, last_key = partition.event_row_key(first), partition.event_row_key(last)
+        events = [
+            _recorded_from_row(row.properties)
+            for row in rows
+            if first_key <= row.properties["RowKey"] <= last_key
+        ]
+        got = [e.version for e in events]
+        if got != wanted:
+            # The event reads ran beside the header read, so events committed
+            # meanwhile may be missing, and not only at the tail (point reads
+            # run in any order). All of them are committed now: read again
+            # from the first one missing.
+            gap = next(i for i, v in enumerate(wanted) if i >= len(got) or got[i] != v)
+            request = events_between(wanted[gap], last)
+            more = yield from query_entities(request.filter, request.parameters, request.page_size)
+            events = events[:gap] + [_recorded_from_row(row.properties) for row in more]
+        if [e.version for e in events] == wanted:
+            return StreamSlice(
+                stream,
+                tuple(events),
+                end >= stream.version,
+                truncated=start_version < stream.first_version,
+            )
+        # Committed rows the header promised are gone: a truncation or a
+        # delete has begun since the header was read. Read it again.
+    raise StreamstoneError(
+        f"{partition} was truncated or deleted during each of {_READ_ATTEMPTS} attempts to read it"
     )
 
 

@@ -198,6 +198,9 @@ class Stream:
 
         Page through a stream with ``start_version = last.version + 1`` until
         ``is_end_of_stream``. Raises :class:`StreamNotFoundError` if missing.
+        The events are contiguous: every version from ``max(start_version,
+        stream.first_version)`` to ``min(start_version + slice_size - 1,
+        stream.version)`` of the header the slice reports.
         """
         return run(partition, _operations.read(partition, start_version, slice_size))
 
