@@ -14,7 +14,7 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
 from . import _stream
-from ._errors import ConcurrencyConflictError, StreamNotFoundError
+from ._errors import ConcurrencyConflictError, StreamBeingDeletedError, StreamNotFoundError
 from ._operations import (
     MAX_BATCH_OPERATIONS,
     _header_entity,
@@ -142,8 +142,10 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
                 raise
             # Appends do not change which rows are below the cut: re-read and mark again.
             row = yield from header_row(partition)
-            if row is None or _is_deleted(row):
+            if row is None:
                 raise StreamNotFoundError(partition) from exc
+            if _is_deleted(row):
+                raise StreamBeingDeletedError(partition) from exc
             current = _stream_from_row(partition, row)
             continue
         current = _stream.Stream._stored(
@@ -164,9 +166,28 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
     return current
 
 
-def delete(stream: _stream.Stream, batch_size: int) -> Steps[None]:
+def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
+    """Delete the stream of ``target``: conditional on a header's ETag, or, given
+    a partition, on the header as read now (which also finishes a delete that
+    another process began)."""
+    if isinstance(target, Partition):
+        _check_batch_size(batch_size)
+        row = yield from header_row(target)
+        if row is None:
+            raise StreamNotFoundError(target)
+        if _is_deleted(row):
+            yield from _finish_delete(target, row.etag, batch_size)
+            return
+        stream = _stream_from_row(target, row)
+    elif isinstance(target, _stream.Stream):
+        stream = target
+    else:
+        raise TypeError(f"delete target must be a Stream or a Partition, got {target!r}")
     if stream.etag is None:
-        raise ValueError("cannot delete a transient stream")
+        raise ValueError(
+            "cannot delete a transient stream; to finish an interrupted delete, "
+            "pass the partition: Stream.delete(partition)"
+        )
     _check_batch_size(batch_size)
     partition = stream.partition
     try:
@@ -180,6 +201,11 @@ def delete(stream: _stream.Stream, batch_size: int) -> Steps[None]:
         if not _is_deleted(row):
             raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
         etag = row.etag  # an interrupted delete: finish it
+    yield from _finish_delete(partition, etag, batch_size)
+
+
+def _finish_delete(partition: Partition, etag: str, batch_size: int) -> Steps[None]:
+    """Sweep the rows of a stream whose header is the tombstone ``etag``, then the header."""
     events = partition.row_key_prefix + EVENT_PREFIX
     ids = partition.row_key_prefix + ID_PREFIX
     yield from _sweep(partition, events, _after(events), batch_size, with_id_rows=True)

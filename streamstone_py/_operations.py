@@ -17,6 +17,7 @@ from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
     IncludedOperationConflictError,
+    StreamBeingDeletedError,
     StreamNotFoundError,
     StreamstoneError,
     _WriteError,
@@ -250,8 +251,16 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
         etag = yield from _attempt(partition, send, resolve)
     except ResourceExistsError as exc:
         # Azurite leaves error_code empty here, so the exception type decides.
+        yield from _refuse_tombstone(partition, exc)
         raise ConcurrencyConflictError(partition, "the stream already exists") from exc
     return _stream.Stream._stored(partition, etag, 0, properties or {})
+
+
+def _refuse_tombstone(partition: Partition, cause: Exception) -> Steps[None]:
+    """After a write conflicted: if a delete has left a tombstone, say so, and how to finish it."""
+    row = yield from header_row(partition)
+    if row is not None and _is_deleted(row):
+        raise StreamBeingDeletedError(partition) from cause
 
 
 def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
@@ -261,10 +270,10 @@ def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
 
 
 def open_stream(partition: Partition) -> Steps[_stream.Stream]:
-    stream = yield from try_open(partition)
-    if stream is None:
-        raise StreamNotFoundError(partition)
-    return stream
+    row = yield from header_row(partition)
+    if row is None or _is_deleted(row):
+        raise StreamNotFoundError(partition, deleting=row is not None)
+    return _stream_from_row(partition, row)
 
 
 def find(partition: Partition, event_id: str) -> Steps[int | None]:
@@ -311,6 +320,7 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
         etag = yield from _attempt(partition, send, resolve)
     except HttpResponseError as exc:
         if exc.status_code in (404, 412):
+            yield from _refuse_tombstone(partition, exc)
             raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
         raise
     return _stream.Stream._stored(partition, etag, stream.version, properties, stream.first_version)
@@ -374,7 +384,7 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
     for _ in range(_READ_ATTEMPTS):
         header, rows = yield from header_and_rows()
         if header is None or _is_deleted(header):
-            raise StreamNotFoundError(partition)
+            raise StreamNotFoundError(partition, deleting=header is not None)
         stream = _stream_from_row(partition, header)
         # Events up to the header's version are committed and immutable: the
         # slice stops there. Rows below a truncation point may linger while
@@ -592,6 +602,11 @@ def write(
             error = _map_transaction_error(partition, exc, chunk.roles)
             if error is None:
                 raise
+            if isinstance(error, ConcurrencyConflictError):
+                try:
+                    yield from _refuse_tombstone(partition, exc)
+                except StreamBeingDeletedError as deleting:
+                    error = deleting
             if recorded:
                 error.committed = WriteResult(current, tuple(recorded), tuple(includes))
             raise error from exc
@@ -706,9 +721,12 @@ def write_expected(
         # A new stream: the header insert itself fails if the stream exists.
         stream = _stream.Stream(partition)
     else:
-        found = yield from try_open(partition)
-        if found is None:
+        row = yield from header_row(partition)
+        if row is None:
             raise StreamNotFoundError(partition)
+        if _is_deleted(row):
+            raise StreamBeingDeletedError(partition)
+        found = _stream_from_row(partition, row)
         if found.version != expected_version:
             raise ConcurrencyConflictError(
                 partition, f"expected version {expected_version}, the stream is at {found.version}"

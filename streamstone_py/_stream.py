@@ -224,13 +224,19 @@ class Stream:
         return run(stream.partition, _maintenance.truncate(stream, before_version, batch_size))
 
     @staticmethod
-    def delete(stream: Stream, *, batch_size: int = 100) -> None:
+    def delete(target: Stream | Partition, *, batch_size: int = 100) -> None:
         """Delete the whole stream, conditional on its header's ETag.
 
         The header becomes a tombstone first (the stream then no longer exists
-        for readers, and writers conflict), then event and id rows go in
-        transactions of at most ``batch_size`` rows, then the header. Included
-        entities are not part of the stream and stay. An interrupted delete is
-        finished by calling again with any header of the stream.
+        for readers, and writers get :class:`StreamBeingDeletedError`), then
+        event and id rows go in transactions of at most ``batch_size`` rows,
+        then the header. Included entities are not part of the stream and stay.
+
+        ``Stream.delete(partition)`` deletes the stream as it is now (the
+        header read then), and finishes a delete that was interrupted, in this
+        process or another: call it when a write raised
+        :class:`StreamBeingDeletedError`. Any header of a tombstoned stream
+        finishes it too.
         """
-        run(stream.partition, _maintenance.delete(stream, batch_size))
+        partition = target.partition if isinstance(target, Stream) else target
+        run(partition, _maintenance.delete(target, batch_size))

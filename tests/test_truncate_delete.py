@@ -15,6 +15,7 @@ from streamstone_py import (
     Include,
     Partition,
     Stream,
+    StreamBeingDeletedError,
     StreamNotFoundError,
     _maintenance,
 )
@@ -198,3 +199,61 @@ def test_deleting_one_virtual_stream_leaves_its_neighbours(client: TableClient) 
     assert not any(k.startswith("a|") for k in rows(a))
     assert [e.id for e in S.read(b).events] == ["e1", "e2", "e3", "e4", "e5"]
     assert raw(a).table_name == raw(b).table_name
+
+
+def test_interrupted_delete_is_finished_from_the_partition_alone(partition: Partition) -> None:
+    stale = write_events(partition, 30)
+    # The tombstone, one query and one delete batch (5 events, 5 ids), then the process dies.
+    crash_after(raw(partition), _maintenance.delete(stale, 10), requests=3)
+    leftover = rows(partition)
+    assert leftover["SS-HEAD"] == {"Version": 30, "SS_Deleted": True}
+    assert sorted(k for k in leftover if k.startswith("SS-SE-")) == [
+        f"SS-SE-{v:010d}" for v in range(6, 31)
+    ]
+    assert len(leftover) == 51
+
+    # A fresh process knows only the partition. Readers see no stream...
+    assert S.try_open(partition) is None
+    assert S.exists(partition) is False
+    for read in (S.open, S.read):
+        with pytest.raises(
+            StreamNotFoundError, match=r"being deleted.*Stream\.delete\(partition\)"
+        ):
+            read(partition)
+    # ...and every writer is told what to do.
+    attempts = [
+        lambda: S.provision(partition),
+        lambda: S.write(partition, EventData(id="new"), expected_version=0),
+        lambda: S.write(partition, EventData(id="new"), expected_version=30),
+        lambda: S.write(Stream(partition), EventData(id="new")),
+        lambda: S.write(stale, EventData(id="late")),
+        lambda: S.set_properties(stale, {"Owner": "x"}),
+        lambda: S.truncate(stale, 20),
+    ]
+    for attempt in attempts:
+        with pytest.raises(
+            StreamBeingDeletedError,
+            match=r"being deleted.*finish it with Stream\.delete\(partition\)",
+        ):
+            attempt()
+    with pytest.raises(ValueError, match=r"transient.*Stream\.delete\(partition\)"):
+        S.delete(Stream(partition))
+    assert rows(partition) == leftover
+
+    S.delete(partition, batch_size=10)
+
+    assert rows(partition) == {}
+    with pytest.raises(StreamNotFoundError):
+        S.delete(partition)
+    assert S.provision(partition).version == 0
+
+
+def test_delete_by_partition_deletes_the_stream_as_it_is(partition: Partition) -> None:
+    events = [EventData(id=f"e{v}", includes=[Include.insert({"RowKey": f"p{v}"})]) for v in (1, 2)]
+    S.write(Stream(partition), *events)
+
+    S.delete(partition, batch_size=2)
+
+    assert rows(partition) == {"p1": {}, "p2": {}}
+    with pytest.raises(StreamNotFoundError, match="Stream not found"):
+        S.open(partition)
