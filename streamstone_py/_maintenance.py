@@ -131,27 +131,38 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
     _check_batch_size(batch_size)
     partition = stream.partition
     current = stream
+    # Rows below the cut may be swept only once the stored header has it: a
+    # header given here may be stale, or from before the stream was recreated.
+    stored = False
     for _ in range(_HEADER_ATTEMPTS):
-        if current.first_version >= before_version:
+        if current.first_version >= before_version and stored:
             break
-        entity = _header_entity(partition, current.version, current.properties, before_version)
-        try:
-            etag = yield from update_entity(entity, current.etag or "")
-        except AzureError as exc:
-            if not _conflict_or_ambiguous(exc):
-                raise
-            # Appends do not change which rows are below the cut: re-read and mark again.
-            row = yield from header_row(partition)
-            if row is None:
-                raise StreamNotFoundError(partition) from exc
-            if _is_deleted(row):
-                raise StreamBeingDeletedError(partition) from exc
-            current = _stream_from_row(partition, row)
-            continue
-        current = _stream.Stream._stored(
-            partition, etag, current.version, current.properties, before_version
-        )
-        break
+        if current.first_version < before_version:
+            if before_version > current.version + 1:
+                raise ConcurrencyConflictError(
+                    partition,
+                    f"the stream is at version {current.version} now, below the cut "
+                    f"{before_version} asked for",
+                )
+            entity = _header_entity(partition, current.version, current.properties, before_version)
+            try:
+                etag = yield from update_entity(entity, current.etag or "")
+            except AzureError as exc:
+                if not _conflict_or_ambiguous(exc):
+                    raise
+            else:
+                current = _stream.Stream._stored(
+                    partition, etag, current.version, current.properties, before_version
+                )
+                break
+        # Appends do not change which rows are below the cut: re-read and mark again.
+        row = yield from header_row(partition)
+        if row is None:
+            raise StreamNotFoundError(partition)
+        if _is_deleted(row):
+            raise StreamBeingDeletedError(partition)
+        current = _stream_from_row(partition, row)
+        stored = True
     else:
         raise ConcurrencyConflictError(
             partition, f"the header changed in each of {_HEADER_ATTEMPTS} attempts to truncate"

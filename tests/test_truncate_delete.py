@@ -257,3 +257,38 @@ def test_delete_by_partition_deletes_the_stream_as_it_is(partition: Partition) -
     assert rows(partition) == {"p1": {}, "p2": {}}
     with pytest.raises(StreamNotFoundError, match="Stream not found"):
         S.open(partition)
+
+
+def test_truncate_with_a_header_of_a_deleted_stream_never_sweeps_the_new_one(
+    partition: Partition,
+) -> None:
+    old = S.truncate(write_events(partition, 5), 4)  # a header that says "from 4"
+    S.delete(old)
+    new = write_events(partition, 5)
+    before = rows(partition)
+
+    # Nothing of the new stream is below the old cut yet: mark its header, then sweep.
+    truncated = S.truncate(old, 3)
+
+    assert (truncated.version, truncated.first_version) == (5, 3)
+    assert truncated.etag != new.etag
+    swept = {"SS-SE-0000000001", "SS-SE-0000000002", "SS-UID-e1", "SS-UID-e2"}
+    assert rows(partition) == {
+        **{k: v for k, v in before.items() if k not in swept},
+        "SS-HEAD": {"Version": 5, "SS_First": 3},
+    }
+    assert [e.version for e in S.read(partition).events] == [3, 4, 5]
+
+
+def test_truncate_with_a_header_longer_than_the_recreated_stream_conflicts(
+    partition: Partition,
+) -> None:
+    old = write_events(partition, 8)
+    S.delete(old)
+    write_events(partition, 2)
+    before = rows(partition)
+
+    with pytest.raises(ConcurrencyConflictError, match="at version 2 now, below the cut 6"):
+        S.truncate(old, 6)
+
+    assert rows(partition) == before
