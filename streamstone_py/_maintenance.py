@@ -201,17 +201,24 @@ def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
         )
     _check_batch_size(batch_size)
     partition = stream.partition
-    try:
-        etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
-    except AzureError as exc:
-        if not _conflict_or_ambiguous(exc):
-            raise
-        row = yield from header_row(partition)
-        if row is None:
-            raise StreamNotFoundError(partition) from exc
-        if not _is_deleted(row):
-            raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
-        etag = row.etag  # an interrupted delete: finish it
+    for attempt in range(1, partition.retry.attempts + 1):
+        try:
+            etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
+            break
+        except AzureError as exc:
+            if not _conflict_or_ambiguous(exc):
+                raise
+            row = yield from header_row(partition)
+            if row is None:
+                raise StreamNotFoundError(partition) from exc
+            if _is_deleted(row):
+                etag = row.etag  # ours after all, or an interrupted delete: finish it
+                break
+            if row.etag != stream.etag:
+                raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
+            if attempt == partition.retry.attempts:
+                raise  # the header is unchanged: the tombstone was never written
+            yield from pause(attempt)
     yield from _finish_delete(partition, etag, batch_size)
 
 

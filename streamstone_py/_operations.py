@@ -216,6 +216,7 @@ def _attempt(
                     extra={"outcome": found},
                 )
             if outcome is CONFLICT and ambiguous:
+                yield from _refuse_tombstone(partition, exc)
                 raise ConcurrencyConflictError(
                     partition, "the stream changed while the outcome of a write was unknown"
                 ) from exc

@@ -28,7 +28,10 @@ from streamstone_py import (
     Partition,
     RetryPolicy,
     Stream,
+    StreamBeingDeletedError,
+    _maintenance,
 )
+from streamstone_py._protocol import _execute
 from streamstone_py._retry import is_ambiguous, is_transient
 from tests.faults import AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import S, rows, wait
@@ -345,3 +348,36 @@ def test_committed_writes_with_nan_properties_are_recognised_as_committed(faulty
     assert math.isnan(stored["SS-HEAD"]["Ratio"])
     assert math.isnan(stored["SS-SE-0000000001"].pop("X"))
     assert stored["SS-SE-0000000001"] == {"Version": 1, "SS_Id": "a", "N": 1}
+
+
+@pytest.mark.parametrize("by_partition", [False, True])
+def test_delete_whose_tombstone_was_never_sent_sends_it_again(
+    faulty: Any, by_partition: bool
+) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a", "b")).stream
+    plan.add("lost", "PUT")  # no answer, and nothing applied: the header is unchanged
+
+    S.delete(partition if by_partition else stream, batch_size=2)
+
+    assert plan.injected == ["lost PUT"]
+    assert rows(clean) == {}
+
+
+def test_write_without_answer_that_meets_a_tombstone_says_how_to_finish_the_delete(
+    faulty: Any,
+) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a")).stream
+
+    def another_process_starts_a_delete_and_dies() -> None:
+        steps = _maintenance.delete(Stream.open(clean), 100)
+        _execute(clean.table, next(steps))  # only the tombstone
+        steps.close()
+
+    plan.add("lost", *BATCH, meanwhile=another_process_starts_a_delete_and_dies)
+    with pytest.raises(StreamBeingDeletedError, match=r"Stream\.delete\(partition\)"):
+        S.write(stream, *events("b"))
+
+    assert rows(clean)["SS-HEAD"] == {"Version": 1, "SS_Deleted": True}
+    assert [i for _, i in event_rows(clean)] == ["a"]
