@@ -188,7 +188,8 @@ def _attempt(
     After an ambiguous failure (no answer, or 408/5xx), ``resolve`` reads the
     stream: unchanged means nothing was applied and the write is sent again
     (bounded by the partition's retry policy); our own rows mean it committed
-    and that outcome is returned; anything else is a concurrency conflict. A
+    and that outcome is returned; a tombstone is :class:`StreamBeingDeletedError`;
+    anything else is a concurrency conflict. A
     definite failure that follows an ambiguous attempt is checked the same
     way, because the earlier attempt may be what changed the stream. Every
     write is conditional (header ETag, or insert of the header), so at most

@@ -216,10 +216,14 @@ class Stream:
         The header records the new first version first (conditional on its
         ETag; on a conflict it is re-read and marked again, since appends do
         not move the cut), then old rows are deleted in transactions of at most
-        ``batch_size`` rows. Reads of the removed range report
-        ``truncated=True``; ids of removed events are no longer detected as
-        duplicates. An interrupted truncation is finished by calling again.
-        Returns the new header.
+        ``batch_size`` rows. Rows are deleted only below a cut the stored
+        header carries: a stale header is checked against the stored one, and
+        if the stream is now shorter than the cut (it was deleted and created
+        again) :class:`ConcurrencyConflictError` is raised and nothing is
+        deleted. A stream being deleted raises :class:`StreamBeingDeletedError`.
+        Reads of the removed range report ``truncated=True``; ids of removed
+        events are no longer detected as duplicates. An interrupted truncation
+        is finished by calling again. Returns the new header.
         """
         return run(stream.partition, _maintenance.truncate(stream, before_version, batch_size))
 
