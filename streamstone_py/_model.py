@@ -20,11 +20,9 @@ IncludeOperation = Literal["insert", "replace", "delete", "insert_or_merge", "in
 def _is_engine_row_key(row_key: str) -> bool:
     """Could this key fall among a stream's rows? Those of the plain stream all
     start with ``SS-``, and those of virtual stream ``name`` with ``name|SS-``
-    (a name has no ``|``), so both forms are reserved, whatever follows."""
-    _, separator, rest = row_key.partition(SEPARATOR)
-    return row_key.startswith(RESERVED_PREFIX) or (
-        bool(separator) and rest.startswith(RESERVED_PREFIX)
-    )
+    (a name has no ``|``). Reserving every ``|``-separated part that starts
+    with ``SS-`` covers both, and is the simpler rule to state."""
+    return any(part.startswith(RESERVED_PREFIX) for part in row_key.split(SEPARATOR))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +32,8 @@ class Include:
     Use the constructors: ``Include.insert(entity)``, ``Include.replace(entity)``,
     ``Include.delete(entity)``, ``Include.insert_or_merge(entity)`` and
     ``Include.insert_or_replace(entity)``. The entity's ``PartitionKey`` is set
-    to the stream's; its ``RowKey`` is required and may not start with ``SS-``
-    or ``NAME|SS-``, where the streams of the partition keep their rows.
+    to the stream's; its ``RowKey`` is required, and no part of it between
+    ``|`` may start with ``SS-``, which is where streams keep their rows.
     ``replace`` and ``delete`` are conditional on ``etag``: given explicitly,
     or taken from an entity read with azure-data-tables
     (``entity.metadata["etag"]``); ``"*"`` makes them unconditional.
@@ -51,9 +49,8 @@ class Include:
         assert isinstance(row_key, str)
         if _is_engine_row_key(row_key):
             raise ValueError(
-                f"included entity RowKey {row_key!r} is reserved for stream rows: "
-                f"keys that start with {RESERVED_PREFIX!r} or NAME|{RESERVED_PREFIX!r} "
-                "belong to the streams of the partition"
+                f"included entity RowKey {row_key!r} is reserved for stream rows: no part "
+                f"of it between {SEPARATOR!r} may start with {RESERVED_PREFIX!r}"
             )
         if self.operation in ("replace", "delete") and not self.etag:
             raise ValueError(
