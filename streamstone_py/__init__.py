@@ -22,6 +22,7 @@ from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
     IncludedOperationConflictError,
+    StreamBeingDeletedError,
     StreamNotFoundError,
     StreamstoneError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "RetryPolicy",
     "Shard",
     "Stream",
+    "StreamBeingDeletedError",
     "StreamNotFoundError",
     "StreamSlice",
     "StreamstoneError",

@@ -7,7 +7,11 @@
   Re-open the stream and decide again.
 - :class:`DuplicateEventError`: an event with the same id is already stored in
   the stream. Nothing of that transaction was stored.
-- :class:`StreamNotFoundError`: the stream has no header row.
+- :class:`StreamBeingDeletedError`: a write met a stream whose delete has
+  begun and not finished (its header is a tombstone). Finish it with
+  ``Stream.delete(partition)``, then write again.
+- :class:`StreamNotFoundError`: the stream has no header row (or only a
+  tombstone: readers see a stream being deleted as gone).
 - :class:`IncludedOperationConflictError`: an included entity could not be
   written (it already exists, or its ETag is stale, or it is missing).
 
@@ -34,6 +38,7 @@ __all__ = [
     "ConcurrencyConflictError",
     "DuplicateEventError",
     "IncludedOperationConflictError",
+    "StreamBeingDeletedError",
     "StreamNotFoundError",
     "StreamstoneError",
 ]
@@ -74,11 +79,34 @@ class DuplicateEventError(_WriteError):
         self.id = id
 
 
-class StreamNotFoundError(_PartitionError):
-    """The stream's header row does not exist."""
+class StreamBeingDeletedError(ConcurrencyConflictError):
+    """A write met a stream whose delete has begun and not finished.
+
+    Its header is a tombstone: a delete is running, or was interrupted.
+    ``Stream.delete(partition)`` finishes it; then the key can hold a new stream.
+    """
 
     def __init__(self, partition: Partition) -> None:
-        super().__init__(partition, "Stream not found")
+        super().__init__(
+            partition,
+            "the stream is being deleted (its header is a tombstone: a delete is running or "
+            "was interrupted); finish it with Stream.delete(partition), then write again",
+        )
+
+
+class StreamNotFoundError(_PartitionError):
+    """The stream's header row does not exist, or is the tombstone of a delete
+    that has not finished (``deleting`` is then true)."""
+
+    def __init__(self, partition: Partition, *, deleting: bool = False) -> None:
+        message = "Stream not found"
+        if deleting:
+            message += (
+                ": it is being deleted (a delete is running or was interrupted; "
+                "Stream.delete(partition) finishes it)"
+            )
+        super().__init__(partition, message)
+        self.deleting = deleting
 
 
 class IncludedOperationConflictError(_WriteError):

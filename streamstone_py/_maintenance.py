@@ -14,7 +14,7 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
 from . import _stream
-from ._errors import ConcurrencyConflictError, StreamNotFoundError
+from ._errors import ConcurrencyConflictError, StreamBeingDeletedError, StreamNotFoundError
 from ._operations import (
     MAX_BATCH_OPERATIONS,
     _header_entity,
@@ -131,25 +131,38 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
     _check_batch_size(batch_size)
     partition = stream.partition
     current = stream
+    # Rows below the cut may be swept only once the stored header has it: a
+    # header given here may be stale, or from before the stream was recreated.
+    stored = False
     for _ in range(_HEADER_ATTEMPTS):
-        if current.first_version >= before_version:
+        if current.first_version >= before_version and stored:
             break
-        entity = _header_entity(partition, current.version, current.properties, before_version)
-        try:
-            etag = yield from update_entity(entity, current.etag or "")
-        except AzureError as exc:
-            if not _conflict_or_ambiguous(exc):
-                raise
-            # Appends do not change which rows are below the cut: re-read and mark again.
-            row = yield from header_row(partition)
-            if row is None or _is_deleted(row):
-                raise StreamNotFoundError(partition) from exc
-            current = _stream_from_row(partition, row)
-            continue
-        current = _stream.Stream._stored(
-            partition, etag, current.version, current.properties, before_version
-        )
-        break
+        if current.first_version < before_version:
+            if before_version > current.version + 1:
+                raise ConcurrencyConflictError(
+                    partition,
+                    f"the stream is at version {current.version} now, below the cut "
+                    f"{before_version} asked for",
+                )
+            entity = _header_entity(partition, current.version, current.properties, before_version)
+            try:
+                etag = yield from update_entity(entity, current.etag or "")
+            except AzureError as exc:
+                if not _conflict_or_ambiguous(exc):
+                    raise
+            else:
+                current = _stream.Stream._stored(
+                    partition, etag, current.version, current.properties, before_version
+                )
+                break
+        # Appends do not change which rows are below the cut: re-read and mark again.
+        row = yield from header_row(partition)
+        if row is None:
+            raise StreamNotFoundError(partition)
+        if _is_deleted(row):
+            raise StreamBeingDeletedError(partition)
+        current = _stream_from_row(partition, row)
+        stored = True
     else:
         raise ConcurrencyConflictError(
             partition, f"the header changed in each of {_HEADER_ATTEMPTS} attempts to truncate"
@@ -164,22 +177,53 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
     return current
 
 
-def delete(stream: _stream.Stream, batch_size: int) -> Steps[None]:
+def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
+    """Delete the stream of ``target``: conditional on a header's ETag, or, given
+    a partition, on the header as read now (which also finishes a delete that
+    another process began)."""
+    if isinstance(target, Partition):
+        _check_batch_size(batch_size)
+        row = yield from header_row(target)
+        if row is None:
+            raise StreamNotFoundError(target)
+        if _is_deleted(row):
+            yield from _finish_delete(target, row.etag, batch_size)
+            return
+        stream = _stream_from_row(target, row)
+    elif isinstance(target, _stream.Stream):
+        stream = target
+    else:
+        raise TypeError(f"delete target must be a Stream or a Partition, got {target!r}")
     if stream.etag is None:
-        raise ValueError("cannot delete a transient stream")
+        raise ValueError(
+            "cannot delete a transient stream; to finish an interrupted delete, "
+            "pass the partition: Stream.delete(partition)"
+        )
     _check_batch_size(batch_size)
     partition = stream.partition
-    try:
-        etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
-    except AzureError as exc:
-        if not _conflict_or_ambiguous(exc):
-            raise
-        row = yield from header_row(partition)
-        if row is None:
-            raise StreamNotFoundError(partition) from exc
-        if not _is_deleted(row):
-            raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
-        etag = row.etag  # an interrupted delete: finish it
+    for attempt in range(1, partition.retry.attempts + 1):
+        try:
+            etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
+            break
+        except AzureError as exc:
+            if not _conflict_or_ambiguous(exc):
+                raise
+            row = yield from header_row(partition)
+            if row is None:
+                raise StreamNotFoundError(partition) from exc
+            if _is_deleted(row):
+                etag = row.etag  # ours after all, or an interrupted delete: finish it
+                break
+            if row.etag != stream.etag:
+                raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
+            if attempt == partition.retry.attempts:
+                raise  # the header is unchanged: the tombstone was never written
+            yield from pause(attempt)
+    yield from _finish_delete(partition, etag, batch_size)
+
+
+def _finish_delete(partition: Partition, etag: str, batch_size: int) -> Steps[None]:
+    """Sweep the rows of a stream whose header is the tombstone ``etag``, then the header."""
     events = partition.row_key_prefix + EVENT_PREFIX
     ids = partition.row_key_prefix + ID_PREFIX
     yield from _sweep(partition, events, _after(events), batch_size, with_id_rows=True)

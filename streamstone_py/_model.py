@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from ._partition import EVENT_PREFIX, HEADER_SUFFIX, ID_PREFIX, SEPARATOR, check_key
+from ._partition import RESERVED_PREFIX, SEPARATOR, check_key
 from ._values import RESERVED_NAMES, SYSTEM_NAMES, PropertyValue, convert_properties, freeze
 
 if TYPE_CHECKING:
@@ -16,12 +16,13 @@ __all__ = ["EventData", "Include", "RecordedEvent", "StreamSlice", "WriteResult"
 
 IncludeOperation = Literal["insert", "replace", "delete", "insert_or_merge", "insert_or_replace"]
 
-_ENGINE_ROW_MARKERS: Final = (HEADER_SUFFIX, EVENT_PREFIX, ID_PREFIX)
-
 
 def _is_engine_row_key(row_key: str) -> bool:
-    tail = row_key.rpartition(SEPARATOR)[2]
-    return any(tail.startswith(marker) for marker in _ENGINE_ROW_MARKERS)
+    """Could this key fall among a stream's rows? Those of the plain stream all
+    start with ``SS-``, and those of virtual stream ``name`` with ``name|SS-``
+    (a name has no ``|``). Reserving every ``|``-separated part that starts
+    with ``SS-`` covers both, and is the simpler rule to state."""
+    return any(part.startswith(RESERVED_PREFIX) for part in row_key.split(SEPARATOR))
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +32,10 @@ class Include:
     Use the constructors: ``Include.insert(entity)``, ``Include.replace(entity)``,
     ``Include.delete(entity)``, ``Include.insert_or_merge(entity)`` and
     ``Include.insert_or_replace(entity)``. The entity's ``PartitionKey`` is set
-    to the stream's; its ``RowKey`` is required and may not be one of the
-    engine's row keys. ``replace`` and ``delete`` are conditional on ``etag``:
-    given explicitly, or taken from an entity read with azure-data-tables
+    to the stream's; its ``RowKey`` is required, and no part of it between
+    ``|`` may start with ``SS-``, which is where streams keep their rows.
+    ``replace`` and ``delete`` are conditional on ``etag``: given explicitly,
+    or taken from an entity read with azure-data-tables
     (``entity.metadata["etag"]``); ``"*"`` makes them unconditional.
     """
 
@@ -46,7 +48,10 @@ class Include:
         check_key("included entity RowKey", row_key)
         assert isinstance(row_key, str)
         if _is_engine_row_key(row_key):
-            raise ValueError(f"included entity RowKey {row_key!r} is reserved for stream rows")
+            raise ValueError(
+                f"included entity RowKey {row_key!r} is reserved for stream rows: no part "
+                f"of it between {SEPARATOR!r} may start with {RESERVED_PREFIX!r}"
+            )
         if self.operation in ("replace", "delete") and not self.etag:
             raise ValueError(
                 f"included {self.operation!r} of RowKey {row_key!r} needs an etag "

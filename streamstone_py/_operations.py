@@ -17,6 +17,7 @@ from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
     IncludedOperationConflictError,
+    StreamBeingDeletedError,
     StreamNotFoundError,
     StreamstoneError,
     _WriteError,
@@ -48,6 +49,7 @@ from ._values import (
     RESERVED_NAMES,
     VERSION,
     check_entity,
+    comparable,
     convert_properties,
     from_table,
     payload_size,
@@ -79,6 +81,8 @@ MAX_BATCH_OPERATIONS: Final = 100
 MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
 #: Slices up to this size are read with point reads instead of a range query.
 POINT_READ_SLICE: Final = 4
+#: Reads of a slice whose rows a truncation kept removing under it.
+_READ_ATTEMPTS: Final = 5
 #: Largest slice one read returns; the table service pages at 1,000 anyway.
 MAX_SLICE_SIZE: Final = 100_000
 
@@ -165,6 +169,10 @@ class _Unresolved(enum.Enum):
 NOT_APPLIED: Final = _Unresolved.NOT_APPLIED
 CONFLICT: Final = _Unresolved.CONFLICT
 
+#: A well-formed ETag that no row ever has (its time precedes every write): a
+#: header that carries it makes the next conditional write conflict.
+STALE_ETAG: Final = "W/\"datetime'1970-01-01T00%3A00%3A00.0000000Z'\""
+
 #: Reports how each write whose outcome was unknown got resolved (INFO records
 #: with an ``outcome`` attribute: "committed", "not applied" or "conflict").
 log: Final = logging.getLogger("streamstone_py")
@@ -180,7 +188,8 @@ def _attempt(
     After an ambiguous failure (no answer, or 408/5xx), ``resolve`` reads the
     stream: unchanged means nothing was applied and the write is sent again
     (bounded by the partition's retry policy); our own rows mean it committed
-    and that outcome is returned; anything else is a concurrency conflict. A
+    and that outcome is returned; a tombstone is :class:`StreamBeingDeletedError`;
+    anything else is a concurrency conflict. A
     definite failure that follows an ambiguous attempt is checked the same
     way, because the earlier attempt may be what changed the stream. Every
     write is conditional (header ETag, or insert of the header), so at most
@@ -208,6 +217,7 @@ def _attempt(
                     extra={"outcome": found},
                 )
             if outcome is CONFLICT and ambiguous:
+                yield from _refuse_tombstone(partition, exc)
                 raise ConcurrencyConflictError(
                     partition, "the stream changed while the outcome of a write was unknown"
                 ) from exc
@@ -236,15 +246,23 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
         if row is None:
             return NOT_APPLIED
         found = _stream_from_row(partition, row)
-        mine = found.version == 0 and dict(found.properties) == dict(properties or {})
+        mine = found.version == 0 and comparable(found.properties) == comparable(properties or {})
         return row.etag if mine and not _is_deleted(row) else CONFLICT
 
     try:
         etag = yield from _attempt(partition, send, resolve)
     except ResourceExistsError as exc:
         # Azurite leaves error_code empty here, so the exception type decides.
+        yield from _refuse_tombstone(partition, exc)
         raise ConcurrencyConflictError(partition, "the stream already exists") from exc
     return _stream.Stream._stored(partition, etag, 0, properties or {})
+
+
+def _refuse_tombstone(partition: Partition, cause: Exception) -> Steps[None]:
+    """After a write conflicted: if a delete has left a tombstone, say so, and how to finish it."""
+    row = yield from header_row(partition)
+    if row is not None and _is_deleted(row):
+        raise StreamBeingDeletedError(partition) from cause
 
 
 def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
@@ -254,10 +272,10 @@ def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
 
 
 def open_stream(partition: Partition) -> Steps[_stream.Stream]:
-    stream = yield from try_open(partition)
-    if stream is None:
-        raise StreamNotFoundError(partition)
-    return stream
+    row = yield from header_row(partition)
+    if row is None or _is_deleted(row):
+        raise StreamNotFoundError(partition, deleting=row is not None)
+    return _stream_from_row(partition, row)
 
 
 def find(partition: Partition, event_id: str) -> Steps[int | None]:
@@ -295,8 +313,8 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
         if row is None or _is_deleted(row):
             return CONFLICT
         found = _stream_from_row(partition, row)
-        mine = (found.version, found.first_version, dict(found.properties)) == (
-            stream.version, stream.first_version, dict(properties),
+        mine = (found.version, found.first_version, comparable(found.properties)) == (
+            stream.version, stream.first_version, comparable(properties),
         )  # fmt: skip
         return row.etag if mine else CONFLICT
 
@@ -304,6 +322,7 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
         etag = yield from _attempt(partition, send, resolve)
     except HttpResponseError as exc:
         if exc.status_code in (404, 412):
+            yield from _refuse_tombstone(partition, exc)
             raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
         raise
     return _stream.Stream._stored(partition, etag, stream.version, properties, stream.first_version)
@@ -340,50 +359,68 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
             page_size=min(last - first + 1, 1000),
         )
 
-    if slice_size <= POINT_READ_SLICE:
-        # A few versions: point reads of exactly those rows, beside the header,
-        # cost the same however long the stream is.
-        found = yield from parallel(
-            GetEntity(pk, header_key),
-            *(GetEntity(pk, partition.event_row_key(v)) for v in range(start_version, end + 1)),
-        )
-        header, rows = found[0], [row for row in found[1:] if row is not None]
-    elif start_version == 1 and slice_size < 1000:
-        # The header sorts just before the event rows, so one range query (one
-        # page) reads both, and the scan meets the header before its events.
-        rows = yield from query_entities(
-            "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
-            {"pk": pk, "first": header_key, "last": partition.event_row_key(end)},
-            page_size=slice_size + 1,
-        )
-        header = rows[0] if rows and rows[0].properties["RowKey"] == header_key else None
-    else:
+    def header_and_rows() -> Steps[tuple[Row | None, list[Row]]]:
+        if slice_size <= POINT_READ_SLICE:
+            # A few versions: point reads of exactly those rows, beside the
+            # header, cost the same however long the stream is.
+            keys = [partition.event_row_key(v) for v in range(start_version, end + 1)]
+            found = yield from parallel(
+                GetEntity(pk, header_key), *(GetEntity(pk, k) for k in keys)
+            )
+            return found[0], [row for row in found[1:] if row is not None]
+        if start_version == 1 and slice_size < 1000:
+            # The header sorts just before the event rows, so one range query
+            # (one page) reads both, and the scan meets the header before its events.
+            rows = yield from query_entities(
+                "PartitionKey eq @pk and RowKey ge @first and RowKey le @last",
+                {"pk": pk, "first": header_key, "last": partition.event_row_key(end)},
+                page_size=slice_size + 1,
+            )
+            header = rows[0] if rows and rows[0].properties["RowKey"] == header_key else None
+            return header, rows
         header, rows = yield from parallel(
             GetEntity(pk, header_key), events_between(start_version, end)
         )
-    if header is None or _is_deleted(header):
-        raise StreamNotFoundError(partition)
-    stream = _stream_from_row(partition, header)
-    # Events up to the header's version are committed and immutable: the slice
-    # stops there, so it is consistent with the header it reports. Rows below a
-    # truncation point may linger while truncate sweeps them.
-    last = min(end, stream.version)
-    first = max(start_version, stream.first_version)
-    first_key, last_key = partition.event_row_key(first), partition.event_row_key(last)
-    events = [
-        _recorded_from_row(row.properties)
-        for row in rows
-        if first_key <= row.properties["RowKey"] <= last_key
-    ]
-    if first <= last and len(events) < last - first + 1:
-        # The events query ran before the header read: what committed between
-        # them is the newest, so only a tail is missing.
-        tail = events[-1].version + 1 if events else first
-        request = events_between(tail, last)
-        more = yield from query_entities(request.filter, request.parameters, request.page_size)
-        events += [_recorded_from_row(row.properties) for row in more]
-    return StreamSlice(
-        stream, tuple(events), end >= stream.version, truncated=start_version < stream.first_version
+        return header, rows
+
+    for _ in range(_READ_ATTEMPTS):
+        header, rows = yield from header_and_rows()
+        if header is None or _is_deleted(header):
+            raise StreamNotFoundError(partition, deleting=header is not None)
+        stream = _stream_from_row(partition, header)
+        # Events up to the header's version are committed and immutable: the
+        # slice stops there. Rows below a truncation point may linger while
+        # truncate sweeps them.
+        last = min(end, stream.version)
+        first = max(start_version, stream.first_version)
+        wanted = list(range(first, last + 1))
+        first_key, last_key = partition.event_row_key(first), partition.event_row_key(last)
+        events = [
+            _recorded_from_row(row.properties)
+            for row in rows
+            if first_key <= row.properties["RowKey"] <= last_key
+        ]
+        got = [e.version for e in events]
+        if got != wanted:
+            # The event reads ran beside the header read, so events committed
+            # meanwhile may be missing, and not only at the tail (point reads
+            # run in any order). All of them are committed now: read again
+            # from the first one missing.
+            gap = next(i for i, v in enumerate(wanted) if i >= len(got) or got[i] != v)
+            request = events_between(wanted[gap], last)
+            more = yield from query_entities(request.filter, request.parameters, request.page_size)
+            events = events[:gap] + [_recorded_from_row(row.properties) for row in more]
+        if [e.version for e in events] == wanted:
+            return StreamSlice(
+                stream,
+                tuple(events),
+                end >= stream.version,
+                truncated=start_version < stream.first_version,
+            )
+        # Committed rows the header promised are gone: a truncation or a
+        # delete has begun since the header was read. Read it again.
+    raise StreamstoneError(
+        f"{partition} was truncated or deleted during each of {_READ_ATTEMPTS} attempts to read it"
     )
 
 
@@ -554,7 +591,7 @@ def write(
 
         def send(operations: list[TableOperation] = operations) -> Steps[_Commit]:
             etags = yield from submit_transaction(operations)
-            return _Commit(str(etags[0]), None, etags[1:])
+            return _Commit(str(etags[0]), etags[1:])
 
         def resolve(
             before: _stream.Stream = current, chunk: _Chunk = chunk, version: int = version
@@ -567,6 +604,11 @@ def write(
             error = _map_transaction_error(partition, exc, chunk.roles)
             if error is None:
                 raise
+            if isinstance(error, ConcurrencyConflictError):
+                try:
+                    yield from _refuse_tombstone(partition, exc)
+                except StreamBeingDeletedError as deleting:
+                    error = deleting
             if recorded:
                 error.committed = WriteResult(current, tuple(recorded), tuple(includes))
             raise error from exc
@@ -576,10 +618,10 @@ def write(
             if isinstance(role, Include):
                 kept = None if op.kind == "delete" else new_etag
                 includes.append(Include._applied(role.operation, role.entity, kept))
-        current = commit.header or _stream.Stream._stored(
+        current = _stream.Stream._stored(
             partition, commit.etag, version, chunk.header_properties, current.first_version
         )
-        if current.version != version and chunk is not chunks[-1]:
+        if commit.moved and chunk is not chunks[-1]:
             # Ours committed, but others appended after it: the rest would interleave.
             error = ConcurrencyConflictError(
                 partition, "the stream changed between the transactions of this write"
@@ -591,12 +633,14 @@ def write(
 
 @dataclass(frozen=True, slots=True)
 class _Commit:
-    """A chunk that committed: the header's new ETag (or the header re-read after
-    an ambiguous commit) and the ETags of the chunk's other operations."""
+    """A chunk that committed: the header's new ETag and the ETags of the
+    chunk's other operations. ``moved``: found committed after an ambiguous
+    answer, with the stream changed by others since (the ETag is then
+    :data:`STALE_ETAG`)."""
 
     etag: str
-    header: _stream.Stream | None
     etags: Sequence[str | None]
+    moved: bool = False
 
 
 def _resolve_chunk(
@@ -626,8 +670,8 @@ def _resolve_chunk(
         RecordedEvent(v, e.id, dict(e.properties))
         for v, e in enumerate(chunk.events, start=before.version + 1)
     ]
-    if [(e.version, e.id, dict(e.properties)) for e in found] != [
-        (e.version, e.id, dict(e.properties)) for e in expected
+    if [(e.version, e.id, comparable(e.properties)) for e in found] != [
+        (e.version, e.id, comparable(e.properties)) for e in expected
     ]:
         return CONFLICT
     # Our events are there, so our includes were applied with them: read their ETags.
@@ -638,7 +682,12 @@ def _resolve_chunk(
             continue
         included = yield from get_entity(partition.partition_key, op.entity["RowKey"])
         etags.append(included.etag if included is not None else None)
-    return _Commit(row.etag, header, etags)
+    ours = (version, before.first_version, comparable(chunk.header_properties))
+    if (header.version, header.first_version, comparable(header.properties)) != ours:
+        # Others changed the stream after our commit. Their header's ETag would
+        # let the caller's next write through on top of changes it never saw.
+        return _Commit(STALE_ETAG, etags, moved=True)
+    return _Commit(row.etag, etags)
 
 
 def write_to(
@@ -674,9 +723,12 @@ def write_expected(
         # A new stream: the header insert itself fails if the stream exists.
         stream = _stream.Stream(partition)
     else:
-        found = yield from try_open(partition)
-        if found is None:
+        row = yield from header_row(partition)
+        if row is None:
             raise StreamNotFoundError(partition)
+        if _is_deleted(row):
+            raise StreamBeingDeletedError(partition)
+        found = _stream_from_row(partition, row)
         if found.version != expected_version:
             raise ConcurrencyConflictError(
                 partition, f"expected version {expected_version}, the stream is at {found.version}"

@@ -21,6 +21,10 @@ MAX_KEY_BYTES: Final = 1024
 HEADER_SUFFIX: Final = "SS-HEAD"
 EVENT_PREFIX: Final = "SS-SE-"
 ID_PREFIX: Final = "SS-UID-"
+#: Every engine row key starts with this (after a virtual stream's ``name|``). A
+#: virtual stream name that started with it would put its rows inside the
+#: ranges of the plain stream of the same physical partition.
+RESERVED_PREFIX: Final = "SS-"
 
 # Characters Azure Tables refuses in keys: / \ # ? and the control characters.
 _FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
@@ -54,7 +58,9 @@ class Partition:
     ``Partition(table, "tenant-7|order-42")`` or ``Partition(table, "tenant-7",
     "order-42")`` is a virtual partition: stream ``order-42`` inside physical
     partition ``tenant-7``, its rows prefixed ``order-42|``. Several virtual
-    streams share one physical partition but never each other's rows.
+    streams share one physical partition but never each other's rows, nor
+    those of the plain stream ``Partition(table, "tenant-7")``: a virtual
+    stream name may not contain ``|`` nor start with ``SS-``.
     """
 
     __slots__ = ("_key", "partition_key", "retry", "row_key_prefix", "table")
@@ -92,6 +98,12 @@ class Partition:
                 raise ValueError(
                     f"virtual stream name {virtual_or_none!r} contains the separator "
                     f"{SEPARATOR!r}; it could address another stream's rows"
+                )
+            if virtual_or_none.startswith(RESERVED_PREFIX):
+                raise ValueError(
+                    f"virtual stream name {virtual_or_none!r} starts with {RESERVED_PREFIX!r}, "
+                    "which is reserved: its rows would fall among the rows of the plain "
+                    f"stream of partition {physical!r}"
                 )
             prefix = virtual_or_none + SEPARATOR
             full = physical + SEPARATOR + virtual_or_none

@@ -9,7 +9,7 @@ from . import _maintenance, _operations
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import run
-from ._values import RESERVED_NAMES, PropertyValue, convert_properties, freeze
+from ._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
 
 __all__ = ["Stream"]
 
@@ -95,7 +95,8 @@ class Stream:
         return self._key() == other._key()
 
     def _key(self) -> tuple[object, ...]:
-        return (self.partition, self.etag, self.version, dict(self.properties), self.first_version)
+        props = comparable(self.properties)
+        return (self.partition, self.etag, self.version, props, self.first_version)
 
     __hash__ = None  # type: ignore[assignment]  # equal headers may have unhashable properties
 
@@ -159,6 +160,12 @@ class Stream:
         if an event id is already stored; :class:`IncludedOperationConflictError`
         if an include fails. In each case the partition is left as it was.
 
+        The result's ``stream`` is the header as this write left it. If the
+        answer was lost and others changed the stream before the engine found
+        the write committed, that header carries an ETag that matches no row:
+        a write, ``set_properties`` or ``delete`` with it conflicts, so the
+        caller re-reads instead of acting on changes it has not seen.
+
         Several includes of one RowKey in one transaction fold into one
         operation (see :func:`fold_includes`); ``track_changes=False`` sends
         them as given.
@@ -191,6 +198,9 @@ class Stream:
 
         Page through a stream with ``start_version = last.version + 1`` until
         ``is_end_of_stream``. Raises :class:`StreamNotFoundError` if missing.
+        The events are contiguous: every version from ``max(start_version,
+        stream.first_version)`` to ``min(start_version + slice_size - 1,
+        stream.version)`` of the header the slice reports.
         """
         return run(partition, _operations.read(partition, start_version, slice_size))
 
@@ -206,21 +216,31 @@ class Stream:
         The header records the new first version first (conditional on its
         ETag; on a conflict it is re-read and marked again, since appends do
         not move the cut), then old rows are deleted in transactions of at most
-        ``batch_size`` rows. Reads of the removed range report
-        ``truncated=True``; ids of removed events are no longer detected as
-        duplicates. An interrupted truncation is finished by calling again.
-        Returns the new header.
+        ``batch_size`` rows. Rows are deleted only below a cut the stored
+        header carries: a stale header is checked against the stored one, and
+        if the stream is now shorter than the cut (it was deleted and created
+        again) :class:`ConcurrencyConflictError` is raised and nothing is
+        deleted. A stream being deleted raises :class:`StreamBeingDeletedError`.
+        Reads of the removed range report ``truncated=True``; ids of removed
+        events are no longer detected as duplicates. An interrupted truncation
+        is finished by calling again. Returns the new header.
         """
         return run(stream.partition, _maintenance.truncate(stream, before_version, batch_size))
 
     @staticmethod
-    def delete(stream: Stream, *, batch_size: int = 100) -> None:
+    def delete(target: Stream | Partition, *, batch_size: int = 100) -> None:
         """Delete the whole stream, conditional on its header's ETag.
 
         The header becomes a tombstone first (the stream then no longer exists
-        for readers, and writers conflict), then event and id rows go in
-        transactions of at most ``batch_size`` rows, then the header. Included
-        entities are not part of the stream and stay. An interrupted delete is
-        finished by calling again with any header of the stream.
+        for readers, and writers get :class:`StreamBeingDeletedError`), then
+        event and id rows go in transactions of at most ``batch_size`` rows,
+        then the header. Included entities are not part of the stream and stay.
+
+        ``Stream.delete(partition)`` deletes the stream as it is now (the
+        header read then), and finishes a delete that was interrupted, in this
+        process or another: call it when a write raised
+        :class:`StreamBeingDeletedError`. Any header of a tombstoned stream
+        finishes it too.
         """
-        run(stream.partition, _maintenance.delete(stream, batch_size))
+        partition = target.partition if isinstance(target, Stream) else target
+        run(partition, _maintenance.delete(target, batch_size))

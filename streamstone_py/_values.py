@@ -9,6 +9,7 @@ names the property, its size and the limit.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -212,3 +213,19 @@ def plain_properties(row: Mapping[str, Any]) -> dict[str, PropertyValue]:
     Writes refuse reserved names in any case, so the exact names suffice here.
     """
     return {k: from_table(v) for k, v in row.items() if k not in ENGINE_COLUMNS}
+
+
+class _NaN:
+    """Stands for every float NaN, so that property maps holding one compare equal."""
+
+    def __repr__(self) -> str:
+        return "nan"
+
+
+_NAN: Final = _NaN()
+
+
+def comparable(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Properties as compared with what was stored or sent: NaN equals NaN here,
+    because a value read back must match the value written."""
+    return {k: _NAN if isinstance(v, float) and math.isnan(v) else v for k, v in properties.items()}

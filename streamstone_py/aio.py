@@ -211,6 +211,8 @@ class Stream:
         )
 
     @staticmethod
-    async def delete(stream: StreamHeader, *, batch_size: int = 100) -> None:
-        """Delete the whole stream; see :meth:`streamstone_py.Stream.delete`."""
-        await run(stream.partition, _maintenance.delete(stream, batch_size))
+    async def delete(target: StreamHeader | Partition, *, batch_size: int = 100) -> None:
+        """Delete the whole stream, or finish an interrupted delete; see
+        :meth:`streamstone_py.Stream.delete`."""
+        partition = target.partition if isinstance(target, StreamHeader) else target
+        await run(partition, _maintenance.delete(target, batch_size))

@@ -7,6 +7,7 @@ request never sent ("lost"), or fails the connection before sending ("before").
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +29,10 @@ from streamstone_py import (
     Partition,
     RetryPolicy,
     Stream,
+    StreamBeingDeletedError,
+    _maintenance,
 )
+from streamstone_py._protocol import _execute
 from streamstone_py._retry import is_ambiguous, is_transient
 from tests.faults import AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import S, rows, wait
@@ -132,13 +136,44 @@ def test_committed_write_followed_by_a_rival_is_still_reported_committed(faulty:
     result = S.write(stream, *events("b"))
 
     assert [(e.version, e.id) for e in result.events] == [(2, "b")]
-    assert result.stream.version == 3  # the header as found, after the rival's event
-    assert result.stream == Stream.open(clean)
+    # The header as our write left it, not the rival's: the caller has not seen
+    # version 3, so a write on top of this header must conflict.
+    assert (result.stream.version, dict(result.stream.properties)) == (2, {})
+    assert result.stream.etag != Stream.open(clean).etag
+    before = rows(clean)
+    with pytest.raises(ConcurrencyConflictError, match="header has changed"):
+        S.write(result.stream, *events("c"))
+    with pytest.raises(ConcurrencyConflictError, match="header has changed"):
+        S.set_properties(result.stream, {"Owner": "me"})
+    with pytest.raises(ConcurrencyConflictError, match="header has changed"):
+        S.delete(result.stream)
+    assert rows(clean) == before
     assert event_rows(clean) == [
         ("SS-SE-0000000001", "a"),
         ("SS-SE-0000000002", "b"),
         ("SS-SE-0000000003", "rival"),
     ]
+    assert before["SS-HEAD"] == {"Version": 3}
+
+
+def test_committed_write_whose_header_a_rival_changed_returns_a_header_that_conflicts(
+    faulty: Any,
+) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition, {"Owner": "me"}), *events("a")).stream
+
+    def rival_sets_properties() -> None:
+        Stream.set_properties(Stream.open(clean), {"Owner": "rival"})
+
+    plan.add("after", *BATCH, meanwhile=rival_sets_properties)
+
+    result = S.write(stream, *events("b"))
+
+    assert (result.stream.version, dict(result.stream.properties)) == (2, {"Owner": "me"})
+    with pytest.raises(ConcurrencyConflictError, match="header has changed"):
+        S.write(result.stream, *events("c"))
+    assert rows(clean)["SS-HEAD"] == {"Version": 2, "Owner": "rival"}
+    assert [i for _, i in event_rows(clean)] == ["a", "b"]
 
 
 def test_lost_answer_of_a_later_transaction_of_a_split_write(faulty: Any) -> None:
@@ -296,3 +331,57 @@ def test_a_fault_at_each_transaction_of_a_split_write(
     assert [e.id for e in result.events] == ids
     assert [i for _, i in event_rows(clean)] == ["first", *ids]
     assert len(rows(clean)) == 1 + 2 * 121
+
+
+def test_committed_writes_with_nan_properties_are_recognised_as_committed(faulty: Any) -> None:
+    partition, plan, clean = faulty
+    nan = float("nan")
+    plan.add("after", "POST")
+    stream = S.provision(partition, {"Ratio": nan})
+    plan.add("after", *BATCH)
+    result = S.write(stream, EventData(id="a", properties={"X": nan, "N": 1}))
+    plan.add("after", "PUT")
+    updated = S.set_properties(result.stream, {"Ratio": nan, "Owner": "me"})
+
+    assert plan.injected == ["after POST", "after POST", "after PUT"]
+    assert [(e.version, e.id) for e in result.events] == [(1, "a")]
+    assert updated == Stream.open(clean)
+    stored = rows(clean)
+    assert sorted(stored) == ["SS-HEAD", "SS-SE-0000000001", "SS-UID-a"]
+    assert (stored["SS-HEAD"]["Version"], stored["SS-HEAD"]["Owner"]) == (1, "me")
+    assert math.isnan(stored["SS-HEAD"]["Ratio"])
+    assert math.isnan(stored["SS-SE-0000000001"].pop("X"))
+    assert stored["SS-SE-0000000001"] == {"Version": 1, "SS_Id": "a", "N": 1}
+
+
+@pytest.mark.parametrize("by_partition", [False, True])
+def test_delete_whose_tombstone_was_never_sent_sends_it_again(
+    faulty: Any, by_partition: bool
+) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a", "b")).stream
+    plan.add("lost", "PUT")  # no answer, and nothing applied: the header is unchanged
+
+    S.delete(partition if by_partition else stream, batch_size=2)
+
+    assert plan.injected == ["lost PUT"]
+    assert rows(clean) == {}
+
+
+def test_write_without_answer_that_meets_a_tombstone_says_how_to_finish_the_delete(
+    faulty: Any,
+) -> None:
+    partition, plan, clean = faulty
+    stream = S.write(Stream(partition), *events("a")).stream
+
+    def another_process_starts_a_delete_and_dies() -> None:
+        steps = _maintenance.delete(Stream.open(clean), 100)
+        _execute(clean.table, next(steps))  # only the tombstone
+        steps.close()
+
+    plan.add("lost", *BATCH, meanwhile=another_process_starts_a_delete_and_dies)
+    with pytest.raises(StreamBeingDeletedError, match=r"Stream\.delete\(partition\)"):
+        S.write(stream, *events("b"))
+
+    assert rows(clean)["SS-HEAD"] == {"Version": 1, "SS_Deleted": True}
+    assert [i for _, i in event_rows(clean)] == ["a"]

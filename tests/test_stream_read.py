@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 import pytest
+from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from streamstone_py import (
     EventData,
@@ -14,9 +15,10 @@ from streamstone_py import (
     Stream,
     StreamNotFoundError,
     _operations,
+    aio,
 )
 from streamstone_py._protocol import Parallel, _execute
-from tests.helpers import S, write_events
+from tests.helpers import S, raw, wait, write_events
 
 
 @pytest.mark.parametrize(("start", "size"), [(0, 10), (-5, 10), (1, 0), (1, -1)])
@@ -141,3 +143,69 @@ def test_events_past_the_header_read_are_left_out(table: Any) -> None:
     assert page.stream.version == 3
     assert [e.version for e in page.events] == [2, 3]
     assert page.is_end_of_stream
+
+
+def _execute_with(partition: Partition, request: Any) -> Any:
+    """One storage request through the partition's own client, sync or async."""
+    if isinstance(request, Parallel):
+        return [_execute_with(partition, r) for r in request.requests]
+    if isinstance(partition.table, AsyncTableClient):
+        return wait(aio._execute(partition.table, request))
+    return _execute(partition.table, request)
+
+
+def _finish(partition: Partition, steps: Any, result: Any) -> Any:
+    while True:
+        try:
+            follow_up = steps.send(result)
+        except StopIteration as done:
+            return done.value
+        result = _execute_with(partition, follow_up)
+
+
+def test_point_reads_with_a_write_between_them_return_no_gap(partition: Partition) -> None:
+    stream = write_events(partition, 4)
+    steps = _operations.read(partition, 5, 2)
+    request = next(steps)
+    assert isinstance(request, Parallel)
+    header_get, get5, get6 = request.requests
+    # Version 5 is read before a rival appends 5 and 6; version 6 and the header after.
+    row5 = _execute_with(partition, get5)
+    Stream.write(
+        Stream._stored(
+            Partition(raw(partition), partition.partition_key),
+            str(stream.etag),
+            stream.version,
+            stream.properties,
+        ),
+        *[EventData(id=f"e{v}", properties={"N": v}) for v in (5, 6)],
+    )
+    row6 = _execute_with(partition, get6)
+    header = _execute_with(partition, header_get)
+    assert row5 is None
+
+    page = _finish(partition, steps, [header, row5, row6])
+
+    assert page.stream.version == 6
+    assert [(e.version, e.id) for e in page.events] == [(5, "e5"), (6, "e6")]
+    assert page.is_end_of_stream
+
+
+@pytest.mark.parametrize("slice_size", [3, 10])
+def test_a_truncation_between_header_and_events_gives_a_consistent_slice(
+    partition: Partition, slice_size: int
+) -> None:
+    stream = write_events(partition, 6)
+    steps = _operations.read(partition, 2, slice_size)
+    request = next(steps)
+    assert isinstance(request, Parallel)
+    header = _execute_with(partition, request.requests[0])
+    S.truncate(stream, 4)  # the header now says "from 4", and versions 1-3 are gone
+    events = [_execute_with(partition, r) for r in request.requests[1:]]
+
+    page = _finish(partition, steps, [header, *events])
+
+    assert (page.stream.version, page.stream.first_version) == (6, 4)
+    assert page.truncated
+    expected = [4] if slice_size == 3 else [4, 5, 6]
+    assert [(e.version, e.id) for e in page.events] == [(v, f"e{v}") for v in expected]

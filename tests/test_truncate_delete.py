@@ -15,6 +15,7 @@ from streamstone_py import (
     Include,
     Partition,
     Stream,
+    StreamBeingDeletedError,
     StreamNotFoundError,
     _maintenance,
 )
@@ -198,3 +199,96 @@ def test_deleting_one_virtual_stream_leaves_its_neighbours(client: TableClient) 
     assert not any(k.startswith("a|") for k in rows(a))
     assert [e.id for e in S.read(b).events] == ["e1", "e2", "e3", "e4", "e5"]
     assert raw(a).table_name == raw(b).table_name
+
+
+def test_interrupted_delete_is_finished_from_the_partition_alone(partition: Partition) -> None:
+    stale = write_events(partition, 30)
+    # The tombstone, one query and one delete batch (5 events, 5 ids), then the process dies.
+    crash_after(raw(partition), _maintenance.delete(stale, 10), requests=3)
+    leftover = rows(partition)
+    assert leftover["SS-HEAD"] == {"Version": 30, "SS_Deleted": True}
+    assert sorted(k for k in leftover if k.startswith("SS-SE-")) == [
+        f"SS-SE-{v:010d}" for v in range(6, 31)
+    ]
+    assert len(leftover) == 51
+
+    # A fresh process knows only the partition. Readers see no stream...
+    assert S.try_open(partition) is None
+    assert S.exists(partition) is False
+    for read in (S.open, S.read):
+        with pytest.raises(
+            StreamNotFoundError, match=r"being deleted.*Stream\.delete\(partition\)"
+        ):
+            read(partition)
+    # ...and every writer is told what to do.
+    attempts = [
+        lambda: S.provision(partition),
+        lambda: S.write(partition, EventData(id="new"), expected_version=0),
+        lambda: S.write(partition, EventData(id="new"), expected_version=30),
+        lambda: S.write(Stream(partition), EventData(id="new")),
+        lambda: S.write(stale, EventData(id="late")),
+        lambda: S.set_properties(stale, {"Owner": "x"}),
+        lambda: S.truncate(stale, 20),
+    ]
+    for attempt in attempts:
+        with pytest.raises(
+            StreamBeingDeletedError,
+            match=r"being deleted.*finish it with Stream\.delete\(partition\)",
+        ):
+            attempt()
+    with pytest.raises(ValueError, match=r"transient.*Stream\.delete\(partition\)"):
+        S.delete(Stream(partition))
+    assert rows(partition) == leftover
+
+    S.delete(partition, batch_size=10)
+
+    assert rows(partition) == {}
+    with pytest.raises(StreamNotFoundError):
+        S.delete(partition)
+    assert S.provision(partition).version == 0
+
+
+def test_delete_by_partition_deletes_the_stream_as_it_is(partition: Partition) -> None:
+    events = [EventData(id=f"e{v}", includes=[Include.insert({"RowKey": f"p{v}"})]) for v in (1, 2)]
+    S.write(Stream(partition), *events)
+
+    S.delete(partition, batch_size=2)
+
+    assert rows(partition) == {"p1": {}, "p2": {}}
+    with pytest.raises(StreamNotFoundError, match="Stream not found"):
+        S.open(partition)
+
+
+def test_truncate_with_a_header_of_a_deleted_stream_never_sweeps_the_new_one(
+    partition: Partition,
+) -> None:
+    old = S.truncate(write_events(partition, 5), 4)  # a header that says "from 4"
+    S.delete(old)
+    new = write_events(partition, 5)
+    before = rows(partition)
+
+    # Nothing of the new stream is below the old cut yet: mark its header, then sweep.
+    truncated = S.truncate(old, 3)
+
+    assert (truncated.version, truncated.first_version) == (5, 3)
+    assert truncated.etag != new.etag
+    swept = {"SS-SE-0000000001", "SS-SE-0000000002", "SS-UID-e1", "SS-UID-e2"}
+    assert rows(partition) == {
+        **{k: v for k, v in before.items() if k not in swept},
+        "SS-HEAD": {"Version": 5, "SS_First": 3},
+    }
+    assert [e.version for e in S.read(partition).events] == [3, 4, 5]
+
+
+def test_truncate_with_a_header_longer_than_the_recreated_stream_conflicts(
+    partition: Partition,
+) -> None:
+    old = write_events(partition, 8)
+    S.delete(old)
+    write_events(partition, 2)
+    before = rows(partition)
+
+    with pytest.raises(ConcurrencyConflictError, match="at version 2 now, below the cut 6"):
+        S.truncate(old, 6)
+
+    assert rows(partition) == before

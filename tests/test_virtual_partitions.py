@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -93,3 +94,77 @@ def test_crafted_ids_and_includes_stay_inside_their_stream(
     with pytest.raises(ValueError, match="reserved for stream rows"):
         Include.insert_or_replace({"RowKey": "invoices|SS-HEAD"})
     assert {k: v for k, v in rows(invoices).items() if k.startswith("invoices|")} == before
+
+
+@pytest.mark.parametrize("name", ["SS-SE-0000000001", "SS-UID-foo", "SS-HEAD", "SS-"])
+def test_virtual_names_that_fall_among_the_plain_streams_rows_are_refused(
+    client: TableClient, name: str
+) -> None:
+    # Rows "SS-SE-0000000001|SS-HEAD"... would sit between the plain stream's
+    # event rows: its reads, truncation, deletion and find would take them.
+    message = rf"virtual stream name '{name}' starts with 'SS-'"
+    with pytest.raises(ValueError, match=message):
+        Partition(client, "tenant", name)
+    with pytest.raises(ValueError, match=message):
+        Partition(client, f"tenant|{name}")
+
+
+@pytest.mark.parametrize(
+    "row_key",
+    [
+        "orders|SS-SE-0000000001|x",
+        "orders|SS-HEAD",
+        "orders|SS-UID-m1",
+        "orders|SS-",
+        "SS-SE-0000000001|x",
+        "SS-HEADER",
+        "SS-other",
+        "|SS-x",
+        "a|b|SS-HEAD",
+    ],
+)
+def test_include_row_keys_that_fall_among_stream_rows_are_refused(row_key: str) -> None:
+    with pytest.raises(ValueError, match=rf"RowKey '{re.escape(row_key)}' is reserved"):
+        Include.insert_or_replace({"RowKey": row_key})
+
+
+def test_plain_and_virtual_streams_with_near_names_never_touch_each_other(
+    client: TableClient,
+) -> None:
+    physical = "mix-" + uuid.uuid4().hex
+    plain = Partition(client, physical)
+    near = [Partition(client, physical, name) for name in ("SS", "S", "ss-SE-0000000001", "SR")]
+    includes = [Include.insert({"RowKey": key}) for key in ("x|ySS-HEAD", "SS", "orders|OB-1")]
+    events = [EventData(id=f"e{v}", properties={"N": v}) for v in range(1, 5)]
+    stream = S.write(
+        Stream(plain), *events, EventData(id="foo|SS-HEAD", properties={"N": 5}, includes=includes)
+    ).stream
+    for other in near:
+        S.write(Stream(other), *[EventData(id=f"foo|SS-{v}", properties={"N": v}) for v in (1, 2)])
+    neighbours = {k: v for k, v in rows(plain).items() if not k.startswith("SS-")}
+
+    assert [(e.version, e.id) for e in S.read(plain).events] == [
+        (1, "e1"), (2, "e2"), (3, "e3"), (4, "e4"), (5, "foo|SS-HEAD"),
+    ]  # fmt: skip
+    assert [e.version for e in S.read(plain, start_version=4, slice_size=2).events] == [4, 5]
+    assert S.find(plain, "foo|SS-HEAD") == 5
+    assert [S.find(other, "foo|SS-HEAD") for other in near] == [None] * 4
+
+    S.truncate(stream, 4)
+
+    assert {k: v for k, v in rows(plain).items() if k.startswith("SS-")} == {
+        "SS-HEAD": {"Version": 5, "SS_First": 4},
+        "SS-SE-0000000004": {"Version": 4, "SS_Id": "e4", "N": 4},
+        "SS-SE-0000000005": {"Version": 5, "SS_Id": "foo|SS-HEAD", "N": 5},
+        "SS-UID-e4": {"Version": 4},
+        "SS-UID-foo|SS-HEAD": {"Version": 5},
+    }
+    assert {k: v for k, v in rows(plain).items() if not k.startswith("SS-")} == neighbours
+
+    S.delete(S.open(plain))
+
+    assert rows(plain) == neighbours
+    assert len(neighbours) == 3 + 4 * 5  # the includes, and each neighbour's 5 rows
+    for other in near:
+        events = S.read(other).events
+        assert [(e.version, e.id) for e in events] == [(1, "foo|SS-1"), (2, "foo|SS-2")]
