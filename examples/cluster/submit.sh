@@ -3,6 +3,10 @@
 # (azure-data-tables, azure-identity, msgpack, tenacity, aiohttp) must be on
 # the executors too: install them into the cluster's Python environment, or
 # ship a packed environment with --archives.
+#
+# Supported Spark versions: 3.5 and 4.x. Runtimes on Spark 3.5 include
+# Microsoft Fabric runtime 1.3 and Databricks Runtime 14.3 LTS and 15.4 LTS;
+# check your platform's runtime notes for the Spark version it runs.
 set -euo pipefail
 python -m pip wheel --no-deps -w dist .
 wheel=$(ls dist/streamstone_py-*.whl | tail -n 1)

@@ -667,6 +667,7 @@ def read_back(
                 for event in page.events:
                     state = join_binary("State", event.properties)
                     found.events.append((event.version, event.id or "", state))
+                    found.digests[event.version] = str(event.properties.get("Digest"))
                 if page.is_end_of_stream or not page.events:
                     break
                 version = page.events[-1].version + 1
@@ -677,6 +678,7 @@ def read_back(
         for row in rows:
             found.outbox[row["RowKey"][len(prefix) :]] = bool(row.get("Dispatched"))
         if stream is not None:
+            found.header_version = stream.version
             found.leftovers = _leftovers(table, partition, stream, found)
         stored[key] = found
     return stored
@@ -685,8 +687,9 @@ def read_back(
 def _leftovers(
     table: TableClient, partition: Partition, stream: Stream, found: StoredKey
 ) -> list[str]:
-    """Event rows below the first version, and id rows of no kept event."""
-    kept = {partition.id_row_key(message_id) for _, message_id, _ in found.events}
+    """Event rows below the first version, and id rows of no kept event (the id
+    rows of kept events go to ``found.id_rows``, with the version they point at)."""
+    kept = {partition.id_row_key(m): m for _, m, _ in found.events}
     low = partition.event_row_key(0)
     first = partition.event_row_key(stream.first_version)
     ids = partition.row_key_prefix + "SS-UID-"
@@ -696,9 +699,12 @@ def _leftovers(
         for row in table.query_entities(
             "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
             parameters={"pk": partition.partition_key, "lo": lo, "hi": hi},
-            select=["RowKey"],
+            select=["RowKey", "Version"],
         )
     ]
+    for row in rows:
+        if row["RowKey"] in kept:
+            found.id_rows[kept[row["RowKey"]]] = int(row["Version"])
     return sorted(r["RowKey"] for r in rows if r["RowKey"] not in kept)
 
 

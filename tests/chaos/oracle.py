@@ -23,8 +23,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from handlers import Message
+from handlers._codec import digest, pack
 
 from .ledger import fold, shared
 
@@ -43,6 +45,11 @@ class StoredKey:
     seen: dict[int, tuple[str, bytes]] = field(default_factory=dict)
     #: Rows retention should have removed and did not (event and id row keys).
     leftovers: list[str] = field(default_factory=list)
+    #: The header's version, and the metadata the engine and the runtime keep
+    #: beside each kept event: its id row's version, and its output digest.
+    header_version: int | None = None
+    id_rows: dict[str, int] = field(default_factory=dict)  # message id -> version
+    digests: dict[int, str] = field(default_factory=dict)  # version -> Digest
 
 
 @dataclass
@@ -168,6 +175,7 @@ def _check_key(
             differ.append((version, message_id))
         for output in step.outputs:
             expected[output.id] = output.encode()
+    violations += _check_metadata(key, found, history, steps)
     if differ:  # one wrong state makes every later one differ: name the first
         version, message_id = differ[0]
         violations.append(
@@ -177,6 +185,38 @@ def _check_key(
     final = steps[-1].state if steps else None
     if not _same(found.header_state, final):
         violations.append(f"state: the newest state of {key!r} differs from the serial fold")
+    return violations
+
+
+def _check_metadata(
+    key: str, found: StoredKey, history: list[tuple[int, str, bytes]], steps: list[Any]
+) -> list[str]:
+    """The rows beside the events: the header's version, id rows and output digests."""
+    violations = []
+    last = history[-1][0] if history else 0
+    if found.header_version is not None and found.header_version != last:
+        violations.append(
+            f"metadata: the header of {key!r} says version {found.header_version}, "
+            f"the last stored version is {last}"
+        )
+    digests = {
+        version: digest(pack([o.encode() for o in step.outputs]))
+        for (version, _, _), step in zip(history, steps, strict=False)
+    }
+    for version, message_id, _ in found.events:
+        at = found.id_rows.get(message_id)
+        if at != version:
+            violations.append(
+                f"metadata: the id row of {message_id!r} in {key!r} "
+                + ("is missing" if at is None else f"points at version {at}")
+                + f", its event is version {version}"
+            )
+        stored_digest = found.digests.get(version)
+        if version in digests and stored_digest != digests[version]:
+            violations.append(
+                f"metadata: the output digest of version {version} of {key!r} "
+                "differs from its outputs'"
+            )
     return violations
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from handlers import Message
+from handlers._codec import digest, pack
 
 from .harness import ChaosConfig, Report, run
 from .injector import KINDS
@@ -100,10 +101,12 @@ def _clean() -> tuple[dict[str, Message], dict[str, StoredKey], list[bytes], Rep
             )
         ]
         steps = fold(batch)
-        found = StoredKey(header_state=steps[-1].state)
+        found = StoredKey(header_state=steps[-1].state, header_version=len(batch))
         for version, (message, step) in enumerate(zip(batch, steps, strict=True), start=1):
             messages[message.id] = message
             found.events.append((version, message.id, step.state))
+            found.id_rows[message.id] = version
+            found.digests[version] = digest(pack([o.encode() for o in step.outputs]))
             reported[message.id] = {version}
             published += [o.encode() for o in step.outputs]
             if key.startswith("outbox"):
@@ -184,6 +187,31 @@ def test_the_oracle_names_each_violation() -> None:
     missing_row = dataclasses.replace(b, outbox={})
     found = check(messages, {**stored, "outbox-b": missing_row}, published, reported, ["outbox-b"])
     assert found == ["zombie: outbox rows of 'outbox-b' do not match its stored versions"]
+
+
+def test_the_oracle_sees_the_rows_beside_the_events() -> None:
+    # Duplicate detection's own record, the header's version and the output
+    # digest: tampering with any of them is a violation, named exactly.
+    messages, stored, published, reported = _clean()
+    a = stored["state-a"]
+    no_id_row = {k: v for k, v in a.id_rows.items() if k != "state-a-2"}
+    moved = {**a.id_rows, "state-a-1": 4}
+    corrupted = {**a.digests, 3: "0" * 64}
+    cases = {
+        "metadata: the id row of 'state-a-2' in 'state-a' is missing, its event is version 3": (
+            dataclasses.replace(a, id_rows=no_id_row)
+        ),
+        "metadata: the id row of 'state-a-1' in 'state-a' points at version 4, "
+        "its event is version 2": dataclasses.replace(a, id_rows=moved),
+        "metadata: the header of 'state-a' says version 6, the last stored version is 5": (
+            dataclasses.replace(a, header_version=6)
+        ),
+        "metadata: the output digest of version 3 of 'state-a' differs from its outputs'": (
+            dataclasses.replace(a, digests=corrupted)
+        ),
+    }
+    for expected, tampered in cases.items():
+        assert check(messages, {**stored, "state-a": tampered}, published, reported) == [expected]
 
 
 def _retained() -> tuple[dict[str, Message], dict[str, StoredKey], list[bytes], Reported, Fates]:
