@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.5,
         help="share of the run after which the evolved state class processes (>1: never)",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=3600.0,
+        help="most seconds of settling after the last new message; then the run stops",
+    )
     args = parser.parse_args(argv)
     config = ChaosConfig(
         seed=args.seed,
@@ -53,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         retain_share=args.retain_share,
         max_failures=args.max_failures,
         evolve_at=args.evolve_at,
+        settle=args.settle,
     )
     report = run(config)
     print(report.table())

@@ -92,6 +92,9 @@ class ChaosConfig:
     hard_share: float = 0.05
     rates: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_RATES))
     stall: float = 120.0
+    #: Most seconds of settling once no new messages come: whatever happens, a
+    #: run ends (a message that fails for ever is given up sooner, by max_failures).
+    settle: float = 3600.0
     long_share: float = 0.06  # of chunks: many messages of one key
     long_max: int = 150
     retain_share: float = 0.05  # of dispatches: a retain instead of a chunk
@@ -586,6 +589,7 @@ class _Coordinator:
         for handle in self.handles:
             self._start(handle)
         last_progress = time.monotonic()
+        generated: float | None = None
         try:
             while True:
                 self._maybe_restart(started)
@@ -602,6 +606,14 @@ class _Coordinator:
                 idle = not any(h.busy for h in self.handles)
                 if idle and not self._generating(started) and not self.log.pending + self.log.held:
                     break
+                if not self._generating(started):
+                    generated = generated or time.monotonic()
+                    if time.monotonic() - generated > self.config.settle:
+                        unsettled = len(self.log.pending) + len(self.log.held)
+                        raise RuntimeError(
+                            f"{unsettled} deliveries still unsettled {self.config.settle:.0f} s "
+                            "after the last new message: stopped"
+                        )
                 ready = wait(self._waitables(), timeout=0.5)
                 if ready:
                     last_progress = time.monotonic()

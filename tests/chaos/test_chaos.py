@@ -279,3 +279,11 @@ def test_the_oracle_names_what_retention_must_not_do() -> None:
     )
     violations = check({**messages, never.id: never}, stored, published, reported, [], not_raising)
     assert "lost: 'state-a-late' of 'state-a' changed no state" in violations
+
+
+def test_a_run_that_cannot_settle_stops_within_its_bound() -> None:
+    # settle=0: the first moment without new messages and with deliveries still
+    # open ends the run, as a run whose messages never settle would end.
+    config = ChaosConfig(messages=200, threads=1, processes=0, restarts=0, settle=0.0)
+    with pytest.raises(RuntimeError, match=r"deliveries still unsettled 0 s after"):
+        run(config)
