@@ -62,7 +62,7 @@ from ._handler import Handler
 from ._lifecycle import Receive, ReceiveState
 from ._message import Message
 from ._publish import Publisher
-from ._store import ID_SCHEME, STATE, WATERMARK, StateStore, StoredVersion
+from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK, StateStore, StoredVersion
 
 __all__ = ["LoadedState", "Outcome", "Processor", "ProcessorStats"]
 
@@ -408,7 +408,10 @@ class Processor(Generic[S]):
     ) -> _Plan:
         state = self._header_state(stream if not stream.is_transient else None)
         watermark = stream.properties.get(WATERMARK)
-        header = {WATERMARK: watermark} if watermark is not None else {}
+        # Retention's marks survive every write: a recorded cut may still be unfinished.
+        header = {
+            k: stream.properties[k] for k in (WATERMARK, RETAIN_CUT) if k in stream.properties
+        }
         version = stream.version
         steps: list[_Step] = []
         events: list[EventData] = []
@@ -728,12 +731,12 @@ class Processor(Generic[S]):
         first = stream.first_version
         removed = self._removable(key, stream, keep_last, older_than)
         if removed:
-            self._raise_watermark(stream, max(r.now for r in removed))
+            cut = removed[-1].version + 1
+            stream = self._record_cut(stream, max(r.now for r in removed), cut)
             if self.strategy == "outbox":
                 # Before the versions: once their ids are gone, these rows could
                 # no longer be found, and would outlive them.
                 self.store.delete_outbox(partition, [r.message_id for r in removed])
-            cut = removed[-1].version + 1
         else:
             cut = first
         if cut > 1:
@@ -748,15 +751,24 @@ class Processor(Generic[S]):
         keep_last: int | None,
         older_than: timedelta | None,
     ) -> list[StoredVersion]:
-        """The versions retention may remove now, oldest first: ``[first, cut)``."""
+        """The versions retention may remove now, oldest first: ``[first, cut)``.
+
+        An earlier call that was interrupted may have recorded a higher cut
+        (and removed outbox rows below it): that cut is finished whatever this
+        call's bounds, so no kept version is left without its outbox row.
+        """
         first = stream.first_version
         cut = stream.version + 1
         if keep_last is not None:
             cut = min(cut, max(first, stream.version - keep_last + 1))
-        if cut <= first:
+        recorded = stream.properties.get(RETAIN_CUT)
+        started = recorded if isinstance(recorded, int) and first < recorded else first
+        started = min(started, stream.version + 1)
+        upper = max(cut, started)
+        if upper <= first:
             return []
         partition = self.store.partition(key)
-        page = self.store.read(partition, first, cut - first)
+        page = self.store.read(partition, first, upper - first)
         candidates = [StoredVersion.from_event(e) for e in page.events]
         if older_than is not None:
             limit = self._now() - older_than
@@ -770,17 +782,24 @@ class Processor(Generic[S]):
             held = [r.version for r in candidates if r.message_id in pending]
             if held:
                 cut = min(cut, min(held))
+        cut = max(cut, started)
         return [r for r in candidates if r.version < cut]
 
-    def _raise_watermark(self, stream: Stream, watermark: datetime) -> None:
+    def _record_cut(self, stream: Stream, watermark: datetime, cut: int) -> Stream:
+        """Store the watermark and the cut in the header before removing anything."""
         partition = stream.partition
         while True:
             previous = stream.properties.get(WATERMARK)
-            if isinstance(previous, datetime) and previous >= watermark:
-                return
+            recorded = stream.properties.get(RETAIN_CUT)
+            changes: dict[str, Any] = {}
+            if not isinstance(previous, datetime) or previous < watermark:
+                changes[WATERMARK] = watermark
+            if not isinstance(recorded, int) or recorded < cut:
+                changes[RETAIN_CUT] = cut
+            if not changes:
+                return stream
             try:
-                self.store.set_properties(stream, {**stream.properties, WATERMARK: watermark})
-                return
+                return self.store.set_properties(stream, {**stream.properties, **changes})
             except ConcurrencyConflictError:
                 reopened = self.store.open(partition)
                 assert reopened is not None

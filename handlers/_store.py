@@ -10,8 +10,9 @@ Layout of the stream ``{key}|{handler}`` (a virtual partition of PartitionKey
   :func:`streamstone_py.split_binary`;
 - header properties: the state after the newest stored version (the same
   split; every transaction of a split write stores the state as of its own
-  last event), and ``Watermark`` once retention removed versions (the newest
-  ``Now`` it removed);
+  last event), and once retention removed versions ``Watermark`` (the newest
+  ``Now`` it removed) and ``RetainCut`` (the version it removes below,
+  stored before anything is removed, so a later call finishes it);
 - outbox strategy: one include row ``{handler}|OB-{message id}`` per message,
   holding its encoded outputs until they are dispatched.
 
@@ -47,6 +48,8 @@ __all__ = ["OutboxRecord", "StateStore", "StoredVersion"]
 
 STATE: Final = "State"
 WATERMARK: Final = "Watermark"
+#: The header property holding the cut retention is removing below (see ``retain``).
+RETAIN_CUT: Final = "RetainCut"
 #: The event property naming how its output ids were derived (absent: scheme 1).
 ID_SCHEME: Final = "IdScheme"
 OUTBOX_PREFIX: Final = "OB-"
