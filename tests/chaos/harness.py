@@ -673,7 +673,9 @@ def read_back(
         if stream is not None:
             if "State_Parts" in stream.properties:
                 found.header_state = join_binary("State", stream.properties)
-            version = 1
+            # From the first kept version: a slice of versions retention removed is
+            # empty, and is not the end of the stream.
+            version = stream.first_version
             while True:
                 page = Stream.read(partition, start_version=version, slice_size=1000)
                 for event in page.events:

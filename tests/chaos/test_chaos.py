@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from azure.data.tables import TableClient
 
 from handlers import Message
 from handlers._codec import digest, pack
+from streamstone_py import EventData, Partition, Stream, split_binary
 
-from .harness import ChaosConfig, Report, run
+from .harness import ChaosConfig, Report, read_back, run
 from .injector import KINDS
-from .ledger import LedgerV2, fold, ledger_v2, shared
+from .ledger import HANDLER, LedgerV2, fold, ledger_v2, shared
 from .oracle import Fates, StoredKey, check
 
 SEED = 20261121
@@ -287,3 +289,22 @@ def test_a_run_that_cannot_settle_stops_within_its_bound() -> None:
     config = ChaosConfig(messages=200, threads=1, processes=0, restarts=0, settle=0.0)
     with pytest.raises(RuntimeError, match=r"deliveries still unsettled 0 s after"):
         run(config)
+
+
+def test_read_back_finds_the_kept_versions_of_a_long_truncated_stream(table: TableClient) -> None:
+    # The final retains keep a few versions; past version 1,000 none of them lies
+    # in the first 1,000-version slice, which a read from version 1 asks for.
+    partition = Partition(table, "long-key", HANDLER)
+    state = split_binary("State", b"s")
+    events = [
+        EventData(id=f"m{v}", properties={"Digest": "d", **state}, stream_properties=state)
+        for v in range(1, 1006)
+    ]
+    stream = Stream.write(Stream(partition), *events).stream
+    Stream.truncate(stream, 1004)
+
+    found = read_back(table, ["long-key"], {})["long-key"]
+
+    assert [(v, m) for v, m, _ in found.events] == [(1004, "m1004"), (1005, "m1005")]
+    assert found.leftovers == []
+    assert found.id_rows == {"m1004": 1004, "m1005": 1005}
