@@ -137,7 +137,7 @@ class Proxy:
 
     def stop(self) -> None:
         self._stopped.set()
-        self._listener.close()
+        _close(self._listener)  # a shutdown, not just a close, wakes the blocked accept()
         with self._lock:
             for sock in list(self._open):
                 _close(sock)

@@ -3,8 +3,8 @@
 Worker A handles message 1 then message 2 of one key; worker B handles copies
 of both (state strategy) or of message 1 (outbox strategy, whose extra
 storage calls multiply the interleavings). Whenever both wait at a storage
-call, a choice decides who goes. The test walks the whole tree of choices
-depth first, so every distinct interleaving runs exactly once, against
+call, a choice decides who goes. The test walks the whole tree of choices,
+so every distinct interleaving runs exactly once, against
 Azurite: a complete enumeration, which covers every 2**10-bit schedule (each
 follows one path of the tree). Each must end with one state change per
 message and identical outputs from every copy.
@@ -12,8 +12,10 @@ message and identical outputs from every copy.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import pytest
@@ -155,17 +157,34 @@ def run_schedule(
     return tuple(turnstile.decisions)
 
 
-def explore(table: TableClient, strategy: str, game: str, both: bool = False) -> int:
-    """Run every distinct interleaving once: depth first over the real choice points."""
-    pending: list[tuple[int, ...]] = [()]
+def explore(
+    table: TableClient, strategy: str, game: str, both: bool = False, parallel: int = 4
+) -> int:
+    """Run every distinct interleaving once: every branch of the real choice points.
+
+    Each run is on its own key, so runs go ``parallel`` at a time; within one
+    run the turnstile alone decides the order.
+    """
+    names = itertools.count()
     runs = 0
-    while pending:
-        prefix = pending.pop()
-        decisions = run_schedule(table, strategy, f"{game}-{strategy[0]}{runs}", prefix, both)
-        runs += 1
-        assert decisions[: len(prefix)] == prefix
-        # Past the prefix every choice defaulted to 0: branch to 1 at each of them.
-        pending += [(*decisions[:i], 1) for i in range(len(prefix), len(decisions))]
+    with ThreadPoolExecutor(parallel) as pool:
+
+        def start(prefix: tuple[int, ...]) -> Future[tuple[int, ...]]:
+            key = f"{game}-{strategy[0]}{next(names)}"
+            return pool.submit(run_schedule, table, strategy, key, prefix, both)
+
+        pending = {start(()): ()}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                prefix = pending.pop(future)
+                decisions = future.result()
+                runs += 1
+                assert decisions[: len(prefix)] == prefix
+                # Past the prefix every choice defaulted to 0: branch to 1 at each of them.
+                for i in range(len(prefix), len(decisions)):
+                    branch = (*decisions[:i], 1)
+                    pending[start(branch)] = branch
     return runs
 
 

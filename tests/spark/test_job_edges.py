@@ -4,6 +4,8 @@ streams, and the command line's first-run checks and exit statuses."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,7 @@ from spark_driver import (
 from spark_driver.__main__ import _check_table, main
 from tests.spark.conftest import game_messages, spread, write_jsonl
 from tests.spark.test_pipeline import client, outcomes, outputs
+from tests.test_config import valid_sas
 
 
 def reversed_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -212,9 +215,18 @@ def test_a_missing_table_is_created_or_refused(
     assert capsys.readouterr().err == ""
 
 
-def test_exit_status_3_when_messages_are_left_for_redelivery(
+def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug_logs(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
+    # One run of the command line (a JVM each): credentials from a SAS token,
+    # every logger at DEBUG, and a handler that leaves messages for redelivery.
+    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
+    sas = valid_sas(connection_string)
+    signature = re.search(r"sig=([^&]+)", sas)
+    assert signature is not None
+    env = {k: v for k, v in os.environ.items() if k != "STREAMSTONE_CONNECTION_STRING"}
+    env["STREAMSTONE_ACCOUNT_URL"] = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    env["STREAMSTONE_SAS_TOKEN"] = sas
     rows = [
         {"message_id": f"k-{n}", "key": "k", "type": "FireAt", "body": json.dumps({"position": p})}
         for n, p in enumerate([1, 99, 2])
@@ -222,13 +234,19 @@ def test_exit_status_3_when_messages_are_left_for_redelivery(
     path = write_jsonl(tmp_path / "in.jsonl", rows)
     command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
                "--output", str(tmp_path / "out"), "--table", table_name,
-               "--handler", "tests.spark.flaky:refuses_far_shots", "--partitions", "1"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+               "--handler", "tests.spark.flaky:refuses_far_shots", "--partitions", "1",
+               "--log-level", "DEBUG"]  # fmt: skip
+
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
     assert done.returncode == 3, done.stderr[-2000:]
     assert f"created table {table_name!r}" in done.stderr
     assert "abandoned (handler error)           2" in done.stdout
     assert "Traceback" not in done.stderr
+    logged = done.stdout + done.stderr
+    assert "urllib3.connectionpool" in logged  # every logger was on, request lines too
+    assert "sig=***" in logged
+    assert signature.group(1) not in logged
 
 
 # --- rows from other producers -----------------------------------------------------
@@ -286,32 +304,3 @@ def test_parquet_with_integer_ids_and_struct_bodies(
     assert outputs(spark, str(tmp_path / "out")) == outputs(spark, str(tmp_path / "clean"))
     bodies = [json.loads(r[3]) for r in outputs(spark, str(tmp_path / "out"))]
     assert sorted(b["position"] for b in bodies) == sorted(p for *_, (p, _) in rows)
-
-
-def test_no_sas_signature_in_any_log_of_a_debug_run(
-    spark: SparkSession, tmp_path: Path, table_name: str
-) -> None:
-    import os
-    import re
-
-    from tests.test_config import valid_sas
-
-    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
-    sas = valid_sas(connection_string)
-    signature = re.search(r"sig=([^&]+)", sas)
-    assert signature is not None
-    env = {k: v for k, v in os.environ.items() if k != "STREAMSTONE_CONNECTION_STRING"}
-    env["STREAMSTONE_ACCOUNT_URL"] = connection_string.split("TableEndpoint=")[1].rstrip(";")
-    env["STREAMSTONE_SAS_TOKEN"] = sas
-    path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 2))
-    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
-               "--output", str(tmp_path / "out"), "--table", table_name,
-               "--partitions", "1", "--log-level", "DEBUG"]  # fmt: skip
-
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-
-    assert done.returncode == 0, done.stderr[-2000:]
-    logged = done.stdout + done.stderr
-    assert "urllib3.connectionpool" in logged  # every logger was on, request lines too
-    assert "sig=***" in logged
-    assert signature.group(1) not in logged

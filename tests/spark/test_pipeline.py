@@ -344,39 +344,19 @@ def test_handler_errors_abandon_the_key_or_fail_the_job(
         run_batch(spark, path, str(tmp_path / "strict"), strict)
 
 
-def test_the_command_line_runs_a_batch(
-    spark: SparkSession, tmp_path: Path, table_name: str
-) -> None:
-    client(table_name)
-    path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 3))
-    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
-               "--output", str(tmp_path / "out"), "--output-format", "json",
-               "--table", table_name, "--partitions", "2"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
-    written = spark.read.json(str(tmp_path / "out" / "outputs")).count()
-    assert written == 6
-
-    refused = subprocess.run(
-        [sys.executable, "-m", "spark_driver", "run", "--input", path, "--output", "x",
-         "--handler", "no.such:thing"], capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert refused.returncode == 2
-    assert "no.such" in refused.stderr
-
-
-def test_no_secret_in_logs_plans_or_outputs_of_a_full_run(
+def test_the_command_line_runs_a_batch_with_no_secret_in_logs_plans_or_outputs(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
     account_key = os.environ["STREAMSTONE_CONNECTION_STRING"].split("AccountKey=")[1].split(";")[0]
     client(table_name)
-    path = write_jsonl(tmp_path / "in.jsonl", game_messages(3, 4))
+    path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 3))
     command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
                "--output", str(tmp_path / "out"), "--output-format", "json", "--table", table_name,
                "--partitions", "2", "--log-level", "DEBUG", "--explain"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
+    assert spark.read.json(str(tmp_path / "out" / "outputs")).count() == 6
     captured = done.stdout + done.stderr
     assert (
         "azure.core.pipeline.policies.http_logging_policy" in captured
@@ -386,3 +366,10 @@ def test_no_secret_in_logs_plans_or_outputs_of_a_full_run(
     written = "".join(p.read_text() for p in (tmp_path / "out").rglob("*.json"))
     assert written
     assert account_key not in written
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_driver", "run", "--input", path, "--output", "x",
+         "--handler", "no.such:thing"], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "no.such" in refused.stderr
