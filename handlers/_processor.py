@@ -711,8 +711,8 @@ class Processor(Generic[S]):
         Returns how many versions this call removed. The cut is recorded in
         the header (``RetainCut``) before anything is removed, and a later
         call finishes a recorded cut whatever its own bounds: an interrupted
-        call is finished by calling again, with any arguments. Ids of removed versions no longer detect
-        duplicates: the header's ``Watermark`` records the newest removed
+        call is finished by calling again, with any arguments. Ids of removed
+        versions no longer detect duplicates: the header's ``Watermark`` records the newest removed
         ``Now``, and a message whose ``sent_at`` header is not after it is
         refused (``late_duplicates="refuse"``) or handled as new.
         """
