@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup demo demo-outbox test test-spark35 lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup azurite demo demo-outbox test test-spark35 lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -20,6 +20,10 @@ $(VENV)/.installed: pyproject.toml
 $(NODE_MODULES): azurite/package.json azurite/package-lock.json
 	npm ci --prefix azurite --ignore-scripts --no-audit --no-fund --loglevel=error
 	touch $@
+
+# An Azurite for your own scripts and notebooks: prints the export line, runs until Ctrl-C.
+azurite: setup
+	$(PY) -m azurite.launcher --serve
 
 demo: setup
 	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo

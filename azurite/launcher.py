@@ -14,6 +14,9 @@ As a command, it runs another command with ``STREAMSTONE_CONNECTION_STRING``
 set and stops Azurite when that command ends::
 
     python -m azurite.launcher -- python examples/stream_walkthrough.py
+
+For your own scripts and notebooks, ``make azurite`` (``--serve``) keeps one
+running and prints the ``export`` line for your shell.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ __all__ = ["CONNECTION_STRING_ENV", "AzuriteError", "AzuriteTable", "main"]
 CONNECTION_STRING_ENV = "STREAMSTONE_CONNECTION_STRING"
 
 # Azurite's fixed development account. The key is public (it is documented by
-# Microsoft for every emulator), yet it is still never printed by this module.
+# Microsoft for every emulator); this module prints it only when asked to
+# (``--serve`` prints the connection string for the user's shell).
 _ACCOUNT = "devstoreaccount1"
 _ACCOUNT_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -282,12 +286,19 @@ def main(argv: list[str] | None = None) -> int:
         description=f"Start Azurite, run COMMAND with {CONNECTION_STRING_ENV} set, stop Azurite.",
     )
     parser.add_argument("--location", help="keep data in this directory instead of memory")
+    parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="run no command: print the export line for your shell, serve until Ctrl-C",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give a command to run after --")
-    if shutil.which(command[0]) is None and not Path(command[0]).exists():
+    if args.serve and command:
+        parser.error("give either --serve or a command, not both")
+    if not command and not args.serve:
+        parser.error("give a command to run after --, or --serve")
+    if command and shutil.which(command[0]) is None and not Path(command[0]).exists():
         parser.error(f"command not found: {command[0]!r}")
     previous = {
         sig: signal.signal(sig, _raise_signalled) for sig in (signal.SIGTERM, signal.SIGHUP)
@@ -295,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with AzuriteTable(location=args.location) as azurite:
             print(f"azurite: Table service on {azurite.endpoint}", file=sys.stderr)
+            if args.serve:
+                return _serve(azurite)
             env = dict(os.environ, **{CONNECTION_STRING_ENV: azurite.connection_string})
             child = subprocess.Popen(command, env=env)
             try:
@@ -314,6 +327,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _serve(azurite: AzuriteTable) -> int:
+    """Print the line that points a shell at this Azurite, then wait for a signal."""
+    print(f"export {CONNECTION_STRING_ENV}='{azurite.connection_string}'", flush=True)
+    print("azurite: serving until Ctrl-C", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("azurite: stopped", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except _Signalled as signalled:
+        print("azurite: stopped", file=sys.stderr)
+        return 128 + signalled.signum
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A walkthrough of the stream API: provision, write, a duplicate, a conflict, read back.
 
-Run it with ``make demo``, or beside any account with
-``STREAMSTONE_CONNECTION_STRING=... python examples/stream_walkthrough.py``.
+Run it beside Azurite with ``python -m azurite.launcher -- python
+examples/stream_walkthrough.py``, after the export line ``make azurite``
+prints, or beside any account with ``STREAMSTONE_CONNECTION_STRING=...``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from streamstone_py import (
 def main() -> int:
     connection_string = os.environ.get("STREAMSTONE_CONNECTION_STRING")
     if not connection_string:
-        print("set STREAMSTONE_CONNECTION_STRING (make demo does)", file=sys.stderr)
+        print("set STREAMSTONE_CONNECTION_STRING (make azurite prints the line)", file=sys.stderr)
         return 2
     service = TableServiceClient.from_connection_string(connection_string)
     table = service.create_table_if_not_exists("walkthrough")

@@ -27,7 +27,7 @@ from ._errors import (
 from ._handler import Handler, handler
 from ._lifecycle import IllegalTransitionError, Receive, ReceiveState
 from ._message import Message
-from ._processor import LoadedState, Outcome, Processor, ProcessorStats
+from ._processor import KeyState, KeyVersion, LoadedState, Outcome, Processor, ProcessorStats
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
 from ._store import StateStore, StoredVersion
 
@@ -39,6 +39,8 @@ __all__ = [
     "HandlerFailedError",
     "IllegalTransitionError",
     "InMemoryPublisher",
+    "KeyState",
+    "KeyVersion",
     "LoadedState",
     "Message",
     "NonDeterministicHandlerError",

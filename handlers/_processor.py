@@ -29,7 +29,7 @@ last:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Generic, Literal, TypeVar
@@ -64,7 +64,7 @@ from ._message import Message
 from ._publish import Publisher
 from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK, StateStore, StoredVersion
 
-__all__ = ["LoadedState", "Outcome", "Processor", "ProcessorStats"]
+__all__ = ["KeyState", "KeyVersion", "LoadedState", "Outcome", "Processor", "ProcessorStats"]
 
 S = TypeVar("S")
 Strategy = Literal["state", "outbox"]
@@ -85,6 +85,26 @@ class LoadedState(Generic[S]):
     version: int
     is_duplicate: bool
     original: StoredVersion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState(Generic[S]):
+    """A key's newest state, and the version that stored it (0: never written)."""
+
+    key: str
+    version: int
+    state: S
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVersion(Generic[S]):
+    """One stored version of a key: the message that made it, and the state after it."""
+
+    version: int
+    message_id: str
+    message_type: str
+    now: datetime
+    state: S
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +227,47 @@ class Processor(Generic[S]):
         if stream is None or f"{STATE}_Parts" not in stream.properties:
             return self.handler.encode_state(self.handler.initial_state())
         return join_binary(STATE, stream.properties)
+
+    def current_state(self, key: str) -> KeyState[S]:
+        """A key's newest state and version, in one round trip (the header).
+
+        A key never written has version 0 and the handler's initial state.
+        """
+        stream = self.store.open(self.store.partition(key))
+        state = self.handler.decode_state(self._header_state(stream))
+        return KeyState(key, stream.version if stream is not None else 0, state)
+
+    def history(self, key: str, *, page_size: int = 1000) -> Iterator[KeyVersion[S]]:
+        """Every kept version of a key, oldest first, read ``page_size`` at a time.
+
+        Versions that retention removed are not in it; the first one is the
+        oldest kept. States are decoded by the current state class.
+        """
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+            raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+        partition = self.store.partition(key)
+        stream = self.store.open(partition)
+        if stream is None:
+            return
+        start = stream.first_version
+        while True:
+            page = self.store.read(partition, start, page_size)
+            for event in page.events:
+                stored = StoredVersion.from_event(event)
+                yield KeyVersion(
+                    stored.version,
+                    stored.message_id,
+                    str(event.properties.get("MessageType", "")),
+                    stored.now,
+                    self.handler.decode_state(stored.state),
+                )
+            if page.is_end_of_stream:
+                return
+            # A slice of versions truncated meanwhile is empty: go on from the first kept.
+            following = page.events[-1].version + 1 if page.events else page.first_available_version
+            if following <= start:
+                return
+            start = following
 
     def load_state(self, key: str, message_id: str) -> LoadedState[S]:
         """The state to handle ``message_id`` on, in at most two round trips.

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import NoReturn
 
-from ._settings import BUILTIN_HANDLERS
+from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER
 
 #: Azure's rule for table names.
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
@@ -99,7 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--partitions", type=int, default=8)
     run.add_argument("--order-by", help="column that orders messages within a key")
     run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
-    run.add_argument("--master", default="local[2]")
+    run.add_argument(
+        "--master",
+        help=f"Spark master (default: the one spark-submit set, else {LOCAL_MASTER})",
+    )
     run.add_argument("--stream", action="store_true", help="treat --input as a directory stream")
     run.add_argument("--checkpoint", help="checkpoint directory (streaming)")
     run.add_argument(
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         log_level=args.log_level,
     )
     spark = session(args.master)
+    print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
     try:
         if args.stream:
             summaries = run_stream(

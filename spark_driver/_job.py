@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 )
 
 from ._executor import OUTCOME, OUTPUT, mark_partition, process_partition
-from ._settings import JobSettings
+from ._settings import LOCAL_MASTER, JobSettings
 
 __all__ = [
     "INPUT_SCHEMA",
@@ -69,16 +69,31 @@ RESULT_SCHEMA = StructType(
 _ORDER = "_order"
 
 
-def session(master: str = "local[2]", app: str = "streamstone-py", **conf: str) -> SparkSession:
+def launched_with_master() -> bool:
+    """Whether a launcher already chose the master: this driver runs under
+    ``spark-submit`` (which always sets one), or ``PYSPARK_SUBMIT_ARGS`` names one."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return True
+    return "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
+
+
+def session(master: str | None = None, app: str = "streamstone-py", **conf: str) -> SparkSession:
     """A Spark session; in local mode its Python workers run this interpreter (this venv).
 
-    On a cluster the executors' Python is the cluster's to set (PYSPARK_PYTHON
-    or spark.pyspark.python): a driver's local path would not exist there.
+    ``master=None`` keeps the master a launcher set (``spark-submit --master``,
+    or ``--master`` in ``PYSPARK_SUBMIT_ARGS``) and is ``local[2]`` when none
+    is set. On a cluster the executors' Python is the cluster's to set
+    (PYSPARK_PYTHON or spark.pyspark.python): a driver's local path would not
+    exist there.
     """
-    if master.startswith("local"):
+    if master is None and not launched_with_master():
+        master = LOCAL_MASTER
+    if master is not None and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(app)
+    builder = SparkSession.builder.appName(app)
+    if master is not None:
+        builder = builder.master(master)
     defaults = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "true",

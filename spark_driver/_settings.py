@@ -10,6 +10,9 @@ from handlers import Handler
 
 __all__ = ["JobSettings", "resolve_handler"]
 
+#: The Spark master when neither the caller nor a launcher chose one.
+LOCAL_MASTER = "local[2]"
+
 #: Short names of the handlers that ship with the project.
 BUILTIN_HANDLERS = {
     "shooting_range": "handlers.examples:shooting_range",

@@ -659,3 +659,40 @@ def test_the_table_publisher_splits_by_bytes_and_refuses_one_id_with_two_content
     assert len(list(table.query_entities(f"PartitionKey eq '{game}'"))) == 80
     with pytest.raises(ValueError, match="output id 'o1' comes twice with different content"):
         publisher.publish([outputs[1], Message("o1", game, "Other", {})])
+
+
+# --- reading a key: the newest state, and its history ------------------------------
+
+
+def test_current_state_and_history_of_a_key(table: TableClient, strategy: str, game: str) -> None:
+    p = make(table, strategy)
+    assert (p.current_state(game).version, vars(p.current_state(game).state)) == (
+        0,
+        {"count": 0, "seen": []},
+    )
+    assert list(p.history(game)) == []
+    p.process_batch(game, adds(game, ["a", "b", "c", "d", "e"]))
+
+    now = p.current_state(game)
+    assert (now.key, now.version, vars(now.state)) == (
+        game,
+        5,
+        {"count": 5, "seen": ["a", "b", "c", "d", "e"]},
+    )
+    found = [(v.version, v.message_id, v.message_type, v.state.count) for v in p.history(game)]
+    assert found == [
+        (1, "a", "Add", 1),
+        (2, "b", "Add", 2),
+        (3, "c", "Add", 3),
+        (4, "d", "Add", 4),
+        (5, "e", "Add", 5),
+    ]
+    assert all(v.now.tzinfo is not None for v in p.history(game))
+
+    p.retain(game, keep_last=2)  # keeps 4 and 5 (and 3 under the state strategy)
+    kept = [3, 4, 5] if strategy == "state" else [4, 5]
+    # Pages of two from the first kept version: none is empty before the end.
+    assert [v.version for v in p.history(game, page_size=2)] == kept
+    assert p.current_state(game).version == 5
+    with pytest.raises(ValueError, match="page_size must be an int >= 1, got 0"):
+        list(p.history(game, page_size=0))

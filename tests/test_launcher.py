@@ -167,3 +167,38 @@ def test_a_command_killed_by_a_signal_gives_128_plus_its_number() -> None:
 
     assert main(["--", "sh", "-c", "kill -TERM $$"]) == 128 + signal.SIGTERM
     assert main(["--", "sh", "-c", "exit 7"]) == 7
+
+
+def test_serve_prints_the_export_line_and_stops_azurite_on_a_signal(tmp_path: Path) -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "azurite.launcher", "--serve"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert launcher.stdout is not None
+    line = launcher.stdout.readline()
+    assert line.startswith("export STREAMSTONE_CONNECTION_STRING='DefaultEndpointsProtocol=http;")
+    connection_string = line.split("'")[1]
+    service = TableServiceClient.from_connection_string(connection_string)
+    service.create_table("served").create_entity({"PartitionKey": "p", "RowKey": "r"})
+    port = int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+
+    launcher.send_signal(signal.SIGTERM)
+
+    assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+    launcher.stdout.close()
+    assert not launcher_answers(port)
+
+
+def test_serve_and_a_command_are_refused_together() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "azurite.launcher", "--serve", "--", "true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "give either --serve or a command, not both" in done.stderr

@@ -11,11 +11,12 @@ set -euo pipefail
 python -m pip wheel --no-deps -w dist .
 wheel=$(ls dist/streamstone_py-*.whl | tail -n 1)
 spark-submit \
+  --master yarn \
   --properties-file examples/cluster/spark-defaults.conf \
   --py-files "$wheel" \
   --conf spark.executorEnv.STREAMSTONE_ACCOUNT_URL="$STREAMSTONE_ACCOUNT_URL" \
   examples/cluster/job.py \
-  run --master yarn --table games --handler shooting_range \
+  run --table games --handler shooting_range \
       --input abfss://data@ACCOUNT.dfs.core.windows.net/messages/ \
       --output abfss://data@ACCOUNT.dfs.core.windows.net/results/ \
       --input-format parquet --partitions 64

@@ -241,6 +241,7 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
 
     assert done.returncode == 3, done.stderr[-2000:]
     assert f"created table {table_name!r}" in done.stderr
+    assert "spark master: local[2]\n" in done.stderr  # no launcher chose one
     assert "abandoned (handler error)           2" in done.stdout
     assert "Traceback" not in done.stderr
     logged = done.stdout + done.stderr

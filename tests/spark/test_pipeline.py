@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient
@@ -344,17 +345,22 @@ def test_handler_errors_abandon_the_key_or_fail_the_job(
         run_batch(spark, path, str(tmp_path / "strict"), strict)
 
 
-def test_the_command_line_runs_a_batch_with_no_secret_in_logs_plans_or_outputs(
+def test_spark_submit_runs_the_command_line_with_no_secret_in_logs_plans_or_outputs(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
+    # As on a cluster: spark-submit chooses the master, and the job keeps it.
     account_key = os.environ["STREAMSTONE_CONNECTION_STRING"].split("AccountKey=")[1].split(";")[0]
     client(table_name)
     path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 3))
-    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    job = Path(__file__).resolve().parents[2] / "examples" / "cluster" / "job.py"
+    command = [str(submit), "--master", "local[1]", str(job), "run", "--input", path,
                "--output", str(tmp_path / "out"), "--output-format", "json", "--table", table_name,
                "--partitions", "2", "--log-level", "DEBUG", "--explain"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "spark master: local[1]\n" in done.stderr
     assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
     assert spark.read.json(str(tmp_path / "out" / "outputs")).count() == 6
     captured = done.stdout + done.stderr
