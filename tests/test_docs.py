@@ -42,3 +42,21 @@ def test_walkthrough_prints_each_step(connection_string: str) -> None:
     assert any(line.startswith(conflict) for line in lines)
     assert "   v3 id=msg-3 {'Type': 'Checkout'}" in lines
     assert "   -> 3 events, end of stream: True" in lines
+
+
+def test_the_handler_guide_runs_top_to_bottom(connection_string: str, tmp_path: Path) -> None:
+    # As a reader does: the first block saved as bank.py, the others run in order.
+    module, *steps = _python_blocks(ROOT / "docs" / "handler-guide.md")
+    (tmp_path / "bank.py").write_text(module)
+    env = dict(
+        os.environ,
+        STREAMSTONE_CONNECTION_STRING=connection_string,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(steps)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WithdrawalRejected" in done.stdout
