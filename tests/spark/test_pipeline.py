@@ -360,7 +360,8 @@ def test_spark_submit_runs_the_command_line_with_no_secret_in_logs_plans_or_outp
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "spark master: local[1]\n" in done.stderr
+    # spark-submit merges the driver's stderr into its stdout.
+    assert "spark master: local[1]\n" in done.stdout + done.stderr
     assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
     assert spark.read.json(str(tmp_path / "out" / "outputs")).count() == 6
     captured = done.stdout + done.stderr
