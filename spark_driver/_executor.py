@@ -47,8 +47,28 @@ def body_json(body: Any) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), default=_json_default)
 
 
+def _unparsed(row: Any) -> str | None:
+    """The input line Spark could not parse into columns (None: it parsed)."""
+    try:
+        line = row["_raw"]
+    except KeyError:  # rows built by a caller, not read by Spark
+        return None
+    return None if line is None else str(line)
+
+
+def _raw(row: Any) -> str:
+    """The input a dead letter came from, as a line that can be fixed and sent again."""
+    line = _unparsed(row)
+    if line is not None:
+        return line
+    fields = {name: row[name] for name in ("message_id", "key", "type", "body")}
+    return json.dumps(fields, sort_keys=True, default=_json_default)
+
+
 def _parse(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
     """A message from an input row, or the reason it is dead-lettered."""
+    if _unparsed(row) is not None:
+        return None, "unparseable line: not a JSON object"
     message_id, key, type_, body = row["message_id"], row["key"], row["type"], row["body"]
     if not message_id:
         return None, "missing message_id"
@@ -81,8 +101,8 @@ def _parse(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
 
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
                  version: int | None, reason: str | None,
-                 conflicts: int = 0) -> tuple[Any, ...]:  # fmt: skip
-    return (OUTCOME, message_id, key, type_, status, version, reason, None, None, conflicts)
+                 conflicts: int = 0, raw: str | None = None) -> tuple[Any, ...]:  # fmt: skip
+    return (OUTCOME, message_id, key, type_, status, version, reason, raw, None, conflicts)
 
 
 def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
@@ -128,8 +148,9 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
             message, reason = _parse(row, handler.accepts)
             if message is None:
                 yield _outcome_row(
-                    row["message_id"], row["key"], row["type"], "dead_lettered", None, reason
-                )
+                    row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,
+                    raw=_raw(row),
+                )  # fmt: skip
             else:
                 messages.append(message)
         for start in range(0, len(messages), settings.batch_size):

@@ -185,6 +185,11 @@ class JobResult:
         self.results.unpersist()
 
 
+#: Where Spark's JSON reader keeps a line it could not parse (PERMISSIVE mode).
+CORRUPT_RECORD = "_corrupt_record"
+_RAW = "_raw"
+
+
 def _json_schema(spark: SparkSession, path: str, order_by: str | None) -> StructType:
     """The input's columns: the four message columns as text, the others as inferred.
 
@@ -192,11 +197,13 @@ def _json_schema(spark: SparkSession, path: str, order_by: str | None) -> Struct
     (a body), so Spark keeps their raw JSON. Without an ordering column the
     fixed schema is enough, and no inference pass is made.
     """
+    corrupt = StructField(CORRUPT_RECORD, StringType())
     if order_by is None:
-        return INPUT_SCHEMA
+        return StructType([*INPUT_SCHEMA.fields, corrupt])
     inferred = spark.read.json(path).schema
-    extra = [f for f in inferred.fields if f.name not in INPUT_SCHEMA.fieldNames()]
-    return StructType([*INPUT_SCHEMA.fields, *extra])
+    known = {*INPUT_SCHEMA.fieldNames(), CORRUPT_RECORD}
+    extra = [f for f in inferred.fields if f.name not in known]
+    return StructType([*INPUT_SCHEMA.fields, *extra, corrupt])
 
 
 def read_messages(
@@ -208,7 +215,14 @@ def read_messages(
     so an ordering column reaches :func:`process_messages`.
     """
     if input_format == "json":
-        frame = spark.read.schema(_json_schema(spark, path, order_by)).json(path)
+        # A line that is not a JSON object keeps its text in CORRUPT_RECORD, so it
+        # is dead-lettered with its reason and its raw line, not as empty columns.
+        frame = (
+            spark.read.schema(_json_schema(spark, path, order_by))
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+            .json(path)
+        )
     elif input_format == "parquet":
         frame = spark.read.parquet(path)
         missing = [c for c in INPUT_SCHEMA.fieldNames() if c not in frame.columns]
@@ -242,7 +256,8 @@ def _message_columns(frame: DataFrame) -> list[Column]:
         body = F.to_json(body)
     elif not isinstance(body_type, StringType | BinaryType):
         body = body.cast(StringType())
-    return [*columns, body.alias("body")]
+    raw = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in frame.columns else F.lit(None)
+    return [*columns, body.alias("body"), raw.cast(StringType()).alias(_RAW)]
 
 
 def process_messages(
@@ -269,9 +284,11 @@ def process_messages(
         .select("message_id", "key", "type", "body", "source_message_id")
         .dropDuplicates(["message_id"])
     )
+    # A dead letter's body column holds its raw input, to fix and send again.
     outcomes = results.where(F.col("kind") == OUTCOME).select(
-        "message_id", "key", "type", "status", "version", "reason", "conflicts"
-    )
+        "message_id", "key", "type", "status", "version", "reason", "conflicts",
+        F.col("body").alias("raw"),
+    )  # fmt: skip
     return JobResult(results, outputs, outcomes, settings, partitions)
 
 

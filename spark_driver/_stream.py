@@ -7,7 +7,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ._job import INPUT_SCHEMA, Summary, _json_schema, process_messages, write_result
+from ._job import CORRUPT_RECORD, Summary, _json_schema, process_messages, write_result
 from ._settings import JobSettings
 
 __all__ = ["run_stream"]
@@ -48,12 +48,14 @@ def run_stream(
         if on_batch is not None:
             on_batch(batch_id, summary)
 
-    schema = INPUT_SCHEMA
-    if order_by is not None:
-        schema = _json_schema(spark, input_dir, order_by)
-        if order_by not in schema.fieldNames():
-            raise ValueError(f"order column {order_by!r} is not in the input {input_dir!r}")
-    reader = spark.readStream.schema(schema)
+    schema = _json_schema(spark, input_dir, order_by)
+    if order_by is not None and order_by not in schema.fieldNames():
+        raise ValueError(f"order column {order_by!r} is not in the input {input_dir!r}")
+    reader = (
+        spark.readStream.schema(schema)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+    )
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
     query: Any = (

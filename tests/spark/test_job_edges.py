@@ -305,3 +305,35 @@ def test_parquet_with_integer_ids_and_struct_bodies(
     assert outputs(spark, str(tmp_path / "out")) == outputs(spark, str(tmp_path / "clean"))
     bodies = [json.loads(r[3]) for r in outputs(spark, str(tmp_path / "out"))]
     assert sorted(b["position"] for b in bodies) == sorted(p for *_, (p, _) in rows)
+
+
+def test_dead_letters_keep_their_raw_input_to_fix_and_send_again(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    client(table_name)
+    good = game_messages(1, 2)
+    no_key = {"message_id": "no-key", "key": None, "type": "FireAt", "body": '{"position": 4}'}
+    path = tmp_path / "in.jsonl"
+    lines = [json.dumps(r) for r in [*good, no_key]] + ["this is not json", '["an", "array"]']
+    path.write_text("\n".join(lines) + "\n")
+    settings = JobSettings(table=table_name, handler="shooting_range")
+
+    summary = run_batch(spark, str(path), str(tmp_path / "out"), settings, partitions=1)
+
+    letters = sorted(
+        (r["message_id"] or "", r["reason"], r["raw"])
+        for r in spark.read.parquet(str(tmp_path / "out" / "dead_letters")).collect()
+    )
+    raw_no_key = json.dumps(no_key, sort_keys=True)
+    assert letters == [
+        ("", "unparseable line: not a JSON object", '["an", "array"]'),
+        ("", "unparseable line: not a JSON object", "this is not json"),
+        ("no-key", "missing key", raw_no_key),
+    ]
+    assert (summary.processed, summary.dead_lettered) == (len(good), 3)
+
+    # The fixed row, sent again, is processed like any other.
+    fixed = {**json.loads(raw_no_key), "key": good[0]["key"]}
+    again = write_jsonl(tmp_path / "again.jsonl", [fixed])
+    resent = run_batch(spark, again, str(tmp_path / "out2"), settings, partitions=1)
+    assert (resent.processed, resent.dead_lettered) == (1, 0)
