@@ -773,9 +773,10 @@ class Processor(Generic[S]):
         the header (``RetainCut``) before anything is removed, and a later
         call finishes a recorded cut whatever its own bounds: an interrupted
         call is finished by calling again, with any arguments. Ids of removed
-        versions no longer detect duplicates: the header's ``Watermark`` records the newest removed
-        ``Now``, and a message whose ``sent_at`` header is not after it is
-        refused (``late_duplicates="refuse"``) or handled as new.
+        versions no longer detect duplicates: the header's ``Watermark``
+        records the newest removed ``Now``, and a message whose ``sent_at``
+        header is not after it is refused (``late_duplicates="refuse"``) or
+        handled as new.
         """
         if keep_last is None and older_than is None:
             raise ValueError("give keep_last, older_than, or both")

@@ -14,7 +14,7 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
 from . import _stream
-from ._errors import ConcurrencyConflictError, StreamBeingDeletedError, StreamNotFoundError
+from ._errors import ConcurrencyConflictError, StreamNotFoundError
 from ._operations import (
     MAX_BATCH_OPERATIONS,
     _header_entity,
@@ -22,6 +22,7 @@ from ._operations import (
     _is_deleted,
     _stream_from_row,
     header_row,
+    open_for_change,
 )
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
 from ._protocol import (
@@ -156,12 +157,7 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
                 )
                 break
         # Appends do not change which rows are below the cut: re-read and mark again.
-        row = yield from header_row(partition)
-        if row is None:
-            raise StreamNotFoundError(partition)
-        if _is_deleted(row):
-            raise StreamBeingDeletedError(partition)
-        current = _stream_from_row(partition, row)
+        current = yield from open_for_change(partition)
         stored = True
     else:
         raise ConcurrencyConflictError(

@@ -63,6 +63,7 @@ __all__ = [
     "check_write",
     "exists",
     "find",
+    "open_for_change",
     "open_stream",
     "provision",
     "read",
@@ -269,6 +270,17 @@ def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
     row = yield from header_row(partition)
     # A stream that is being deleted no longer exists for readers and writers.
     return None if row is None or _is_deleted(row) else _stream_from_row(partition, row)
+
+
+def open_for_change(partition: Partition) -> Steps[_stream.Stream]:
+    """The stored header, for a verb that changes the stream: a tombstone means a
+    delete is pending, which the writer is told how to finish."""
+    row = yield from header_row(partition)
+    if row is None:
+        raise StreamNotFoundError(partition)
+    if _is_deleted(row):
+        raise StreamBeingDeletedError(partition)
+    return _stream_from_row(partition, row)
 
 
 def open_stream(partition: Partition) -> Steps[_stream.Stream]:
@@ -723,12 +735,7 @@ def write_expected(
         # A new stream: the header insert itself fails if the stream exists.
         stream = _stream.Stream(partition)
     else:
-        row = yield from header_row(partition)
-        if row is None:
-            raise StreamNotFoundError(partition)
-        if _is_deleted(row):
-            raise StreamBeingDeletedError(partition)
-        found = _stream_from_row(partition, row)
+        found = yield from open_for_change(partition)
         if found.version != expected_version:
             raise ConcurrencyConflictError(
                 partition, f"expected version {expected_version}, the stream is at {found.version}"
