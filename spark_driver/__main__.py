@@ -65,6 +65,12 @@ def _check_input(path: str) -> None:
         raise _Refused(f"--input {path!r} does not exist")
 
 
+def _note_replaced_output(path: str, stream: bool) -> None:
+    """Say so, in one line, when a batch run is about to replace earlier results."""
+    if not stream and "://" not in path and os.path.isdir(os.path.join(path, "outcomes")):
+        print(f"--output {path!r} holds an earlier run: its results are replaced", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m spark_driver")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -78,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     run.add_argument("--input", required=True, help="input file or directory")
-    run.add_argument("--output", required=True, help="output directory")
+    run.add_argument(
+        "--output",
+        required=True,
+        help="output directory; a batch run replaces the results of an earlier run there",
+    )
     run.add_argument("--input-format", choices=["json", "parquet"], default="json")
     run.add_argument("--output-format", choices=["parquet", "json"], default="parquet")
     run.add_argument("--table", default="handlerstate", help="table of the handler's state")
@@ -103,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         "--master",
         help=f"Spark master (default: the one spark-submit set, else {LOCAL_MASTER})",
     )
-    run.add_argument("--stream", action="store_true", help="treat --input as a directory stream")
+    run.add_argument(
+        "--stream",
+        action="store_true",
+        help="treat --input as a directory stream: process the files new since the "
+        "checkpoint, one micro-batch each under OUTPUT/batch=N, then exit",
+    )
     run.add_argument("--checkpoint", help="checkpoint directory (streaming)")
     run.add_argument(
         "--log-level",
@@ -142,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_input(args.input)
         _check_table(args.table, create=not args.no_create_table)
+        _note_replaced_output(args.output, args.stream)
     except _Refused as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     settings = JobSettings(

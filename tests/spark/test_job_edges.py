@@ -22,7 +22,7 @@ from spark_driver import (
     run_stream,
     write_result,
 )
-from spark_driver.__main__ import _check_table, main
+from spark_driver.__main__ import _check_table, _note_replaced_output, main
 from tests.spark.conftest import game_messages, spread, write_jsonl
 from tests.spark.test_pipeline import client, outcomes, outputs
 from tests.test_config import valid_sas
@@ -337,3 +337,19 @@ def test_dead_letters_keep_their_raw_input_to_fix_and_send_again(
     again = write_jsonl(tmp_path / "again.jsonl", [fixed])
     resent = run_batch(spark, again, str(tmp_path / "out2"), settings, partitions=1)
     assert (resent.processed, resent.dead_lettered) == (1, 0)
+
+
+def test_a_batch_run_says_when_it_replaces_earlier_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    _note_replaced_output(str(out), stream=False)  # nothing there yet
+    (out / "outcomes").mkdir(parents=True)
+    _note_replaced_output(str(out), stream=True)  # a stream writes new batch=N directories
+    assert capsys.readouterr().err == ""
+
+    _note_replaced_output(str(out), stream=False)
+
+    assert capsys.readouterr().err == (
+        f"--output {str(out)!r} holds an earlier run: its results are replaced\n"
+    )
