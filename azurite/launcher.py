@@ -16,7 +16,9 @@ set and stops Azurite when that command ends::
     python -m azurite.launcher -- python examples/stream_walkthrough.py
 
 For your own scripts and notebooks, ``make azurite`` (``--serve``) keeps one
-running and prints the ``export`` line for your shell.
+running and prints the ``export`` line for your shell. The file needs only the
+standard library, so ``python PATH/TO/azurite/launcher.py ...`` works from any
+directory.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import re
 import sys
 from typing import NoReturn
 
-from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER
+from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER, SPARK_LOG_LEVELS
 
 #: Azure's rule for table names.
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
@@ -126,6 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="Python logging level on the driver (the Azure SDK logs requests at DEBUG)",
     )
+    run.add_argument(
+        "--spark-log-level",
+        default="ERROR",
+        choices=list(SPARK_LOG_LEVELS),
+        help="Spark's own (JVM) log level, from the JVM's start when this command starts it",
+    )
     run.add_argument("--explain", action="store_true", help="print the Spark plan of the outputs")
     demo_command = commands.add_parser(
         "demo", help="the ShootingRange demo: twice over the same input"
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         fail_fast=args.fail_fast,
         log_level=args.log_level,
     )
-    spark = session(args.master)
+    spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
     try:
         if args.stream:

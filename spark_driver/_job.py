@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -28,7 +29,7 @@ from pyspark.sql.types import (
 )
 
 from ._executor import OUTCOME, OUTPUT, mark_partition, process_partition
-from ._settings import LOCAL_MASTER, JobSettings
+from ._settings import LOCAL_MASTER, SPARK_LOG_LEVELS, JobSettings
 
 __all__ = [
     "INPUT_SCHEMA",
@@ -77,7 +78,16 @@ def launched_with_master() -> bool:
     return "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
 
 
-def session(master: str | None = None, app: str = "streamstone-py", **conf: str) -> SparkSession:
+_LOG4J2 = Path(__file__).with_name("log4j2.properties")
+
+
+def session(
+    master: str | None = None,
+    app: str = "streamstone-py",
+    *,
+    spark_log_level: str = "ERROR",
+    **conf: str,
+) -> SparkSession:
     """A Spark session; in local mode its Python workers run this interpreter (this venv).
 
     ``master=None`` keeps the master a launcher set (``spark-submit --master``,
@@ -85,7 +95,17 @@ def session(master: str | None = None, app: str = "streamstone-py", **conf: str)
     is set. On a cluster the executors' Python is the cluster's to set
     (PYSPARK_PYTHON or spark.pyspark.python): a driver's local path would not
     exist there.
+
+    ``spark_log_level`` is Spark's own level. When this call starts the JVM,
+    it applies from the JVM's first line, so Spark's start-up warnings stay
+    quiet at the default ``"ERROR"``; under ``spark-submit`` the JVM is up
+    already, and the level applies from here on. A caller's own
+    ``spark.driver.extraJavaOptions`` replaces that logging file.
     """
+    if spark_log_level not in SPARK_LOG_LEVELS:
+        raise ValueError(
+            f"spark_log_level must be one of {', '.join(SPARK_LOG_LEVELS)}, got {spark_log_level!r}"
+        )
     if master is None and not launched_with_master():
         master = LOCAL_MASTER
     if master is not None and master.startswith("local"):
@@ -100,9 +120,18 @@ def session(master: str | None = None, app: str = "streamstone-py", **conf: str)
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
     }
+    # Only when this call starts the JVM, and from an installed file (not a
+    # zip shipped with --py-files, whose members the JVM cannot open).
+    if not os.environ.get("PYSPARK_GATEWAY_PORT") and _LOG4J2.is_file():
+        defaults["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j2.configurationFile={_LOG4J2.as_uri()} "
+            f"-Dspark_driver.log.level={spark_log_level.lower()}"
+        )
     for name, value in {**defaults, **conf}.items():
         builder = builder.config(name, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(spark_log_level)
+    return spark
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +141,8 @@ class Summary:
     messages_in: int
     processed: int
     duplicates: int
-    outputs: int
+    new_outputs: int
+    reemitted_outputs: int
     dead_lettered: int
     abandoned: int
     faulted: int
@@ -120,7 +150,12 @@ class Summary:
 
     @classmethod
     def of(cls, outcomes: DataFrame, outputs: DataFrame) -> Summary:
-        """One aggregation over the outcome rows, and a count of the output rows."""
+        """One aggregation over the outcome rows, and a count of the output rows.
+
+        An output row is new when its source message was stored by this run
+        (``completed``), and re-emitted when its source is only a duplicate
+        here: a copy of an output an earlier run (or attempt) wrote already.
+        """
         status = F.col("status")
 
         def count(name: str) -> Any:
@@ -137,7 +172,32 @@ class Summary:
         ).first()
         assert row is not None
         figures = {k: int(v or 0) for k, v in row.asDict().items()}
-        return cls(outputs=outputs.count(), **figures)
+        stored = (
+            outcomes.where(status == "completed")
+            .select(F.col("key").alias("_key"), F.col("message_id").alias("_source"))
+            .distinct()
+        )
+        split = (
+            outputs.join(
+                stored,
+                (outputs["key"] == stored["_key"])
+                & (outputs["source_message_id"] == stored["_source"]),
+                "left",
+            )
+            .agg(
+                F.count(F.lit(1)).alias("all"),
+                F.count("_source").alias("new"),
+            )
+            .first()
+        )
+        assert split is not None
+        total, new = int(split["all"]), int(split["new"])
+        return cls(new_outputs=new, reemitted_outputs=total - new, **figures)
+
+    @property
+    def outputs(self) -> int:
+        """Every output row written: new and re-emitted."""
+        return self.new_outputs + self.reemitted_outputs
 
     @property
     def exit_status(self) -> int:
@@ -151,7 +211,8 @@ class Summary:
             "messages_in": "messages in",
             "processed": "processed (state changed)",
             "duplicates": "duplicates (no change)",
-            "outputs": "output messages written",
+            "new_outputs": "output messages, new",
+            "reemitted_outputs": "output messages, re-emitted",
             "dead_lettered": "dead-lettered",
             "abandoned": "abandoned (handler error)",
             "faulted": "faulted (in doubt)",

@@ -13,6 +13,9 @@ __all__ = ["JobSettings", "resolve_handler"]
 #: The Spark master when neither the caller nor a launcher chose one.
 LOCAL_MASTER = "local[2]"
 
+#: Spark's (the JVM's) log levels, as ``SparkContext.setLogLevel`` names them.
+SPARK_LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
+
 #: Short names of the handlers that ship with the project.
 BUILTIN_HANDLERS = {
     "shooting_range": "handlers.examples:shooting_range",

@@ -1,22 +1,74 @@
 #!/usr/bin/env bash
-# Build the wheel once and submit the job with it. The handlers' dependencies
-# (azure-data-tables, azure-identity, msgpack, tenacity, aiohttp) must be on
-# the executors too: install them into the cluster's Python environment, or
-# ship a packed environment with --archives.
+# Build the wheel and submit the job with it. Everything that differs between
+# a cluster and a laptop comes from the environment:
+#
+#   INPUT, OUTPUT     the messages and the results (required), e.g.
+#                     abfss://data@ACCOUNT.dfs.core.windows.net/messages/
+#   SPARK_MASTER      yarn (the default), k8s://..., spark://... or local[2]
+#   INPUT_FORMAT      parquet (default) or json
+#   TABLE             games;  HANDLER  shooting_range;  PARTITIONS  64
+#   PYTHON            the Python that builds the wheel (default: python3)
+#   SPARK_SUBMIT      default: spark-submit on PATH, else the one that ships
+#                     with PySpark in $PYTHON's environment
+#   DIST              where the wheel goes (default: dist/ in the repository)
+#   PY_FILES          your own handler modules, comma-separated (bank.py), to
+#                     ship beside the wheel; then HANDLER=bank:accounts
+#
+# Arguments, if any, are added to the job's command line (`--log-level INFO`).
+#
+# Credentials, never on the command line: STREAMSTONE_ACCOUNT_URL (passed on
+# to the executors, which then use their managed identity), or, for a local
+# master, STREAMSTONE_CONNECTION_STRING, which the local workers inherit. On
+# a cluster, put secrets in the executors' environment with the platform's
+# secret store, not in --conf, which Spark shows in its UI and event logs.
+#
+# Against Azurite on this machine, after `make setup`: run `make azurite` in
+# one shell, paste the export line it prints into another, then
+#   SPARK_MASTER='local[2]' INPUT=messages.jsonl INPUT_FORMAT=json OUTPUT=results \
+#     PYTHON=.venv/bin/python examples/cluster/submit.sh
+# With a local master, the driver and its Python workers run $PYTHON unless
+# PYSPARK_PYTHON says otherwise.
+#
+# The handlers' dependencies (azure-data-tables, azure-identity, msgpack,
+# tenacity, aiohttp) must be on the executors too: install them into the
+# cluster's Python environment, or ship a packed environment with --archives.
 #
 # Supported Spark versions: 3.5 and 4.x. Runtimes on Spark 3.5 include
 # Microsoft Fabric runtime 1.3 and Databricks Runtime 14.3 LTS and 15.4 LTS;
 # check your platform's runtime notes for the Spark version it runs.
 set -euo pipefail
-python -m pip wheel --no-deps -w dist .
-wheel=$(ls dist/streamstone_py-*.whl | tail -n 1)
-spark-submit \
-  --master yarn \
-  --properties-file examples/cluster/spark-defaults.conf \
-  --py-files "$wheel" \
-  --conf spark.executorEnv.STREAMSTONE_ACCOUNT_URL="$STREAMSTONE_ACCOUNT_URL" \
-  examples/cluster/job.py \
-  run --table games --handler shooting_range \
-      --input abfss://data@ACCOUNT.dfs.core.windows.net/messages/ \
-      --output abfss://data@ACCOUNT.dfs.core.windows.net/results/ \
-      --input-format parquet --partitions 64
+
+: "${INPUT:?set INPUT to the messages (a file or directory Spark can read)}"
+: "${OUTPUT:?set OUTPUT to the results directory}"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+python=${PYTHON:-python3}
+dist=${DIST:-$root/dist}
+
+submit=${SPARK_SUBMIT:-$(command -v spark-submit || true)}
+if [[ -z $submit ]]; then
+  submit=$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit"))')
+fi
+
+if [[ ${SPARK_MASTER:-yarn} == local* ]]; then
+  export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$("$python" -c 'import sys; print(sys.executable)')}
+fi
+
+"$python" -m pip wheel --quiet --no-deps -w "$dist" "$root"
+wheel=$(ls -t "$dist"/streamstone_py-*.whl | head -n 1)
+
+conf=()
+if [[ -n ${STREAMSTONE_ACCOUNT_URL:-} ]]; then
+  conf+=(--conf "spark.executorEnv.STREAMSTONE_ACCOUNT_URL=$STREAMSTONE_ACCOUNT_URL"
+         --conf "spark.yarn.appMasterEnv.STREAMSTONE_ACCOUNT_URL=$STREAMSTONE_ACCOUNT_URL")
+fi
+
+exec "$submit" \
+  --master "${SPARK_MASTER:-yarn}" \
+  --properties-file "$root/examples/cluster/spark-defaults.conf" \
+  --py-files "$wheel${PY_FILES:+,$PY_FILES}" \
+  "${conf[@]}" \
+  "$root/examples/cluster/job.py" \
+  run --table "${TABLE:-games}" --handler "${HANDLER:-shooting_range}" \
+      --input "$INPUT" --output "$OUTPUT" \
+      --input-format "${INPUT_FORMAT:-parquet}" --partitions "${PARTITIONS:-64}" \
+      "$@"

@@ -20,6 +20,7 @@ from spark_driver import (
     read_messages,
     run_batch,
     run_stream,
+    session,
     write_result,
 )
 from spark_driver.__main__ import _check_table, _note_replaced_output, main
@@ -94,7 +95,8 @@ def test_the_summary_is_the_written_rows_and_is_written_last(
             "messages_in": 17,
             "processed": 12,
             "duplicates": 4,
-            "outputs": 9,
+            "new_outputs": 9,
+            "reemitted_outputs": 0,
             "dead_lettered": 1,
             "abandoned": 0,
             "faulted": 0,
@@ -104,6 +106,17 @@ def test_the_summary_is_the_written_rows_and_is_written_last(
     assert (out / "summary" / "_SUCCESS").exists()
     newest = max(p.stat().st_mtime for p in (out / "outcomes").iterdir())
     assert (out / "summary" / "_SUCCESS").stat().st_mtime >= newest
+
+    # Delivered again: the same output rows, each a re-emitted copy, none new.
+    settings = JobSettings(table=table_name, handler="shooting_range")
+    again = run_batch(spark, path, str(tmp_path / "again"), settings)
+    assert (again.processed, again.duplicates, again.new_outputs, again.reemitted_outputs) == (
+        0, 16, 0, 9,
+    )  # fmt: skip
+    assert outputs(spark, str(tmp_path / "again")) == outputs(spark, str(out))
+    lines = [line.split() for line in again.table().splitlines()]
+    assert ["output", "messages,", "new", "0"] in lines
+    assert ["output", "messages,", "re-emitted", "9"] in lines
 
 
 def test_the_summary_equals_the_written_rows_when_spark_recomputes(
@@ -180,6 +193,7 @@ def test_refusals_are_one_line_and_exit_2_before_spark_starts(
         "--stream needs --checkpoint": [*base, "--stream"],
         "is neither a built-in": [*base, "--handler", "nothing"],
         "unrecognized arguments: --bogus": [*base, "--bogus"],
+        "--spark-log-level: invalid choice: 'LOUD'": [*base, "--spark-log-level", "LOUD"],
     }  # fmt: skip
     for expected, args in cases.items():
         code, err = run_cli(args, capsys)
@@ -192,6 +206,9 @@ def test_refusals_are_one_line_and_exit_2_before_spark_starts(
     code, err = run_cli(base, capsys)
     assert (code, err.count("\n")) == (2, 1)
     assert err.startswith("python -m spark_driver: error: no storage account configured")
+    with pytest.raises(ValueError, match="spark_log_level must be one of ERROR, WARN, INFO, "
+                       "DEBUG, got 'warning'"):  # fmt: skip
+        session(spark_log_level="warning")
 
 
 def test_a_missing_table_is_created_or_refused(
@@ -242,8 +259,12 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
     assert done.returncode == 3, done.stderr[-2000:]
     assert f"created table {table_name!r}" in done.stderr
     assert "spark master: local[2]\n" in done.stderr  # no launcher chose one
-    assert "abandoned (handler error)           2" in done.stdout
+    assert re.search(r"abandoned \(handler error\)\s+2\n", done.stdout), done.stdout
     assert "Traceback" not in done.stderr
+    # Spark's JVM logs at ERROR from its first line: none of its start-up warnings.
+    assert "log4j profile" not in done.stderr
+    assert "Setting default log level" not in done.stderr
+    assert not re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d WARN ", done.stderr, re.M)
     logged = done.stdout + done.stderr
     assert "urllib3.connectionpool" in logged  # every logger was on, request lines too
     assert "sig=***" in logged

@@ -7,12 +7,12 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pyspark
 import pytest
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient
@@ -345,21 +345,36 @@ def test_handler_errors_abandon_the_key_or_fail_the_job(
         run_batch(spark, path, str(tmp_path / "strict"), strict)
 
 
-def test_spark_submit_runs_the_command_line_with_no_secret_in_logs_plans_or_outputs(
+def test_submit_sh_runs_against_azurite_on_a_local_master_with_no_secret_in_logs_or_outputs(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
-    # As on a cluster: spark-submit chooses the master, and the job keeps it.
+    # examples/cluster/submit.sh as written, configured by environment variables
+    # only: a connection string (no account URL), a local master, no venv and
+    # no spark-submit on PATH. spark-submit chooses the master; the job keeps it.
     account_key = os.environ["STREAMSTONE_CONNECTION_STRING"].split("AccountKey=")[1].split(";")[0]
     client(table_name)
     path = write_jsonl(tmp_path / "in.jsonl", game_messages(2, 3))
-    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    job = Path(__file__).resolve().parents[2] / "examples" / "cluster" / "job.py"
-    command = [str(submit), "--master", "local[1]", str(job), "run", "--input", path,
-               "--output", str(tmp_path / "out"), "--output-format", "json", "--table", table_name,
-               "--partitions", "2", "--log-level", "DEBUG", "--explain"]  # fmt: skip
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    script = Path(__file__).resolve().parents[2] / "examples" / "cluster" / "submit.sh"
+    java = Path(shutil.which("java") or "/usr/bin/java")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "VIRTUAL_ENV"))}
+    env.pop("STREAMSTONE_ACCOUNT_URL", None)
+    env.update(
+        PATH=os.pathsep.join(dict.fromkeys([str(java.parent), "/usr/bin", "/bin"])),
+        SPARK_MASTER="local[1]",
+        INPUT=path,
+        INPUT_FORMAT="json",
+        OUTPUT=str(tmp_path / "out"),
+        TABLE=table_name,
+        PARTITIONS="2",
+        PYTHON=sys.executable,
+        DIST=str(tmp_path / "dist"),
+    )
+    command = ["bash", str(script), "--output-format", "json", "--log-level", "DEBUG", "--explain"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert [p.name for p in (tmp_path / "dist").iterdir()] == [
+        "streamstone_py-0.1.0-py3-none-any.whl"
+    ]
     # spark-submit merges the driver's stderr into its stdout.
     assert "spark master: local[1]\n" in done.stdout + done.stderr
     assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
@@ -373,6 +388,13 @@ def test_spark_submit_runs_the_command_line_with_no_secret_in_logs_plans_or_outp
     written = "".join(p.read_text() for p in (tmp_path / "out").rglob("*.json"))
     assert written
     assert account_key not in written
+
+    missing = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=60,
+        env={k: v for k, v in env.items() if k != "INPUT"},
+    )  # fmt: skip
+    assert missing.returncode != 0
+    assert "INPUT: set INPUT to the messages" in missing.stderr
 
     refused = subprocess.run(
         [sys.executable, "-m", "spark_driver", "run", "--input", path, "--output", "x",
