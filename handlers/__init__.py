@@ -16,6 +16,7 @@ replayed instead.
 Errors are listed in :mod:`handlers._errors`.
 """
 
+from ._cache import HeaderCache
 from ._context import HandlerContext
 from ._errors import (
     DuplicateOutsideWindowError,
@@ -37,6 +38,7 @@ __all__ = [
     "HandlerContext",
     "HandlerError",
     "HandlerFailedError",
+    "HeaderCache",
     "IllegalTransitionError",
     "InMemoryPublisher",
     "KeyState",

@@ -42,6 +42,7 @@ from streamstone_py import (
     DuplicateEventError,
     EventData,
     IncludedOperationConflictError,
+    Partition,
     RetryPolicy,
     Stream,
     StreamstoneError,
@@ -49,6 +50,7 @@ from streamstone_py import (
     split_binary,
 )
 
+from ._cache import HeaderCache
 from ._codec import digest, pack, unpack
 from ._context import HandlerContext
 from ._errors import (
@@ -174,6 +176,14 @@ class Processor(Generic[S]):
     always re-sends its stored outputs, and the caller calls
     :meth:`mark_dispatched` once its publication is final (the outputs stay,
     so a rerun can emit them again; retention may then remove the version).
+
+    ``cache`` (a :class:`HeaderCache`, shareable between processors and
+    threads) keeps the headers this worker wrote: a key's next batch is
+    written conditionally on the cached header without reading it first, and
+    a key the cache has not seen is written as a new stream. A refused write
+    (another writer moved the stream) drops the entry and reads. Outcomes that
+    no write confirms (an abandoned message, a duplicate) are only ever
+    decided on a header read in this call.
     """
 
     def __init__(
@@ -189,6 +199,7 @@ class Processor(Generic[S]):
         late_duplicates: LateDuplicates = "refuse",
         store: StateStore | None = None,
         dispatch: Dispatch = "after_publish",
+        cache: HeaderCache | None = None,
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -209,6 +220,7 @@ class Processor(Generic[S]):
         self.late_duplicates = late_duplicates
         self.dispatch = dispatch
         self.store = store or StateStore(table, handler.name, self.retry)
+        self.cache = cache
         self.stats = ProcessorStats()
 
     def _now(self) -> datetime:
@@ -605,7 +617,8 @@ class Processor(Generic[S]):
         return outcome
 
     def process_batch(self, key: str, messages: Sequence[Message]) -> list[Outcome]:
-        """Handle a key's messages in order: one read, one write, then publish.
+        """Handle a key's messages in order: one read (none with a warm
+        :class:`HeaderCache`), one write, then publish.
 
         Gives the same states and outputs as processing them one by one. A
         handler error abandons that message and the key's later messages of
@@ -620,15 +633,55 @@ class Processor(Generic[S]):
         self.stats.messages += len(messages)
         stored: dict[str, _Step | BaseException] = {}
         conflicts = 0
+        cache = self.cache
+        cached = cache.get(partition) if cache is not None else None
+        # A key the cache has not seen: learn whether it was new, once.
+        unseen = cache is not None and cached is None
+        # The header to write on without reading: cached, or a new stream.
+        guess = cached
+        if unseen and cache is not None and cache.guess_new():
+            guess = Stream(partition)
+        read: Stream | None = None  # a header the engine read after a conflict
         try:
             while True:
-                stream = self.store.open(partition) or Stream(partition)
+                if guess is not None:
+                    stream = guess
+                else:
+                    stream = self._open(partition) if read is None else self._seen(read)
+                    read = None
+                    if unseen and cache is not None:
+                        cache.guessed(stream.is_transient)
+                        unseen = False
                 plan = self._fold(key, messages, stream, stored)
+                if guess is not None and not self._confirmed_by_write(plan):
+                    guess = None  # decide these outcomes on the stored header
+                    continue
                 if not plan.events:
                     break
                 try:
-                    self.store.write(stream, plan.events)
+                    written = self.store.write(stream, plan.events)
+                    if cache is not None:
+                        if unseen:
+                            cache.guessed(stream.is_transient)
+                            unseen = False
+                        cache.put(written.stream)
                     break
+                except ConcurrencyConflictError as exc:
+                    self._keep_committed(exc, plan, stored)
+                    read = exc.current
+                    if guess is not None:  # the guess was stale: not a rival's conflict
+                        assert cache is not None
+                        if unseen:
+                            cache.guessed(False)
+                            unseen = False
+                        cache.refused(partition)
+                        continue
+                    conflicts += 1
+                    self.stats.conflicts_retried += 1
+                    if conflicts >= self.max_attempts:
+                        raise
+                    time.sleep(self.retry.delay(conflicts))
+                    read = None  # after the pause, read afresh
                 except DuplicateEventError as exc:
                     # Stored before (an earlier delivery or a rival): resolve it and
                     # the batch's other stored messages as duplicates.
@@ -641,14 +694,11 @@ class Processor(Generic[S]):
                     if found is None:
                         raise
                     stored[found.id] = self._replay_or_error(key, found)
-                except ConcurrencyConflictError as exc:
-                    self._keep_committed(exc, plan, stored)
-                    conflicts += 1
-                    self.stats.conflicts_retried += 1
-                    if conflicts >= self.max_attempts:
-                        raise
-                    time.sleep(self.retry.delay(conflicts))
+                finally:
+                    guess = None  # after a refused write, the stored header decides
         except (AzureError, StreamstoneError) as exc:
+            if cache is not None:
+                cache.drop(partition)  # in doubt: the next batch reads first
             return self._finish(messages, receives, None, exc)
         publish = [o for step in plan.steps for o in step.outputs]
         try:
@@ -660,6 +710,39 @@ class Processor(Generic[S]):
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, receives, plan, exc)
         return self._finish(messages, receives, plan, None)
+
+    def _open(self, partition: Partition) -> Stream:
+        """The stored header (or a new stream), and the cache told of it."""
+        stream = self.store.open(partition)
+        if self.cache is None:
+            return stream or Stream(partition)
+        if stream is None:
+            self.cache.drop(partition)
+            return Stream(partition)
+        self.cache.put(stream)
+        return stream
+
+    def _seen(self, stream: Stream) -> Stream:
+        if self.cache is not None:
+            self.cache.put(stream)
+        return stream
+
+    @staticmethod
+    def _confirmed_by_write(plan: _Plan) -> bool:
+        """Whether the plan's write, if it succeeds, proves every outcome right.
+
+        A conditional write succeeds only on the header the plan folded over,
+        so completed messages (and their copies inside the batch) are right.
+        Anything else was decided without a write, on a header that may be
+        stale: an abandoned message, a duplicate of a stored one.
+        """
+        if not plan.events:
+            return False
+        done = {s.message.id for s in plan.steps if s.status == "completed"}
+        return all(
+            s.status == "completed" or (s.status == "duplicate" and s.message.id in done)
+            for s in plan.steps
+        )
 
     def mark_dispatched(self, key: str, message_ids: Sequence[str]) -> None:
         """Mark these messages' outbox outputs delivered (``dispatch="by_caller"``).
@@ -789,6 +872,8 @@ class Processor(Generic[S]):
         ):
             raise ValueError(f"older_than must be a timedelta >= 0, got {older_than!r}")
         partition = self.store.partition(key)
+        if self.cache is not None:
+            self.cache.drop(partition)  # the header changes below; put back at the end
         stream = self.store.open(partition)
         if stream is None:
             return 0
@@ -805,7 +890,9 @@ class Processor(Generic[S]):
             cut = first
         if cut > 1:
             # Also sweeps what an interrupted call left below the header's cut.
-            self.store.truncate(stream, max(cut, stream.first_version))
+            stream = self.store.truncate(stream, max(cut, stream.first_version))
+        if self.cache is not None:
+            self.cache.put(stream)  # the header as this call left it
         return len(removed)
 
     def _removable(

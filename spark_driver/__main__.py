@@ -108,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--strategy", choices=["state", "outbox"], default="state")
     run.add_argument("--partitions", type=int, default=8)
     run.add_argument("--order-by", help="column that orders messages within a key")
+    run.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="keys in flight at once inside each task (one thread each; 1: one key at a time)",
+    )
     run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
     run.add_argument(
         "--master",
@@ -151,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.partitions < 1:
         parser.error(f"--partitions must be >= 1, got {args.partitions}")
+    if args.concurrency < 1:
+        parser.error(f"--concurrency must be >= 1, got {args.concurrency}")
     if args.stream and not args.checkpoint:
         parser.error("--stream needs --checkpoint")
     try:
@@ -172,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         strategy=args.strategy,
         fail_fast=args.fail_fast,
         log_level=args.log_level,
+        concurrency=args.concurrency,
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)

@@ -7,12 +7,14 @@ import base64
 import itertools
 import json
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from azure.data.tables import TableClient
 
-from handlers import InMemoryPublisher, Message, Outcome, Processor
+from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
 from streamstone_py import TableConfig, check_key
 
 from ._logs import configure as configure_logging
@@ -25,6 +27,9 @@ OUTCOME = "outcome"
 
 _lock = threading.Lock()
 _clients: dict[str, TableClient] = {}
+#: The headers this Python worker wrote or read, for every task it runs (a
+#: reused worker keeps it warm across tasks and micro-batches).
+_cache = HeaderCache()
 
 
 def table_client(table: str) -> TableClient:
@@ -135,37 +140,45 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         # speculative or rerun task must emit a stored outbox entry again: the
         # driver marks outputs dispatched after the commit (mark_partition).
         dispatch="by_caller",
+        cache=_cache if settings.header_cache else None,
     )
 
 
-def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:
-    """Rows arrive grouped by key and ordered within each key."""
-    processor = _processor(settings)
-    handler = processor.handler
+def _groups(rows: Iterable[Any]) -> Iterator[tuple[str, list[Any]]]:
     for key, group in itertools.groupby(rows, key=lambda r: r["key"]):
-        messages: list[Message] = []
-        for row in group:
-            message, reason = _parse(row, handler.accepts)
-            if message is None:
-                yield _outcome_row(
-                    row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,
-                    raw=_raw(row),
-                )  # fmt: skip
-            else:
-                messages.append(message)
-        for start in range(0, len(messages), settings.batch_size):
-            conflicts_before = processor.stats.conflicts_retried
-            outcomes = processor.process_batch(key, messages[start : start + settings.batch_size])
-            # On the batch's first outcome row, so the outcome rows add up to the run's total.
-            conflicts = processor.stats.conflicts_retried - conflicts_before
-            for outcome in outcomes:
-                if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
-                    raise RuntimeError(
-                        f"message {outcome.message_id!r} of key {key!r} "
-                        f"{outcome.status}: {outcome.reason}"
-                    )
-                yield from _output_rows(outcome)
-                yield _outcome_row(
+        yield key, list(group)
+
+
+def _process_key(
+    processor: Processor[Any], key: str, rows: list[Any], settings: JobSettings
+) -> list[tuple[Any, ...]]:
+    """One key's rows: its dead letters, then its outcomes and outputs, in order."""
+    out: list[tuple[Any, ...]] = []
+    messages: list[Message] = []
+    for row in rows:
+        message, reason = _parse(row, processor.handler.accepts)
+        if message is None:
+            dead = _outcome_row(
+                row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,
+                raw=_raw(row),
+            )  # fmt: skip
+            out.append(dead)
+        else:
+            messages.append(message)
+    for start in range(0, len(messages), settings.batch_size):
+        conflicts_before = processor.stats.conflicts_retried
+        outcomes = processor.process_batch(key, messages[start : start + settings.batch_size])
+        # On the batch's first outcome row, so the outcome rows add up to the run's total.
+        conflicts = processor.stats.conflicts_retried - conflicts_before
+        for outcome in outcomes:
+            if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
+                raise RuntimeError(
+                    f"message {outcome.message_id!r} of key {key!r} "
+                    f"{outcome.status}: {outcome.reason}"
+                )
+            out.extend(_output_rows(outcome))
+            out.append(
+                _outcome_row(
                     outcome.message_id,
                     key,
                     outcome.message.type,
@@ -174,7 +187,43 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
                     outcome.reason,
                     conflicts,
                 )
-                conflicts = 0
+            )
+            conflicts = 0
+    return out
+
+
+def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:
+    """Rows arrive grouped by key and ordered within each key.
+
+    Up to ``settings.concurrency`` keys are in flight at once, each on its own
+    thread and processor (one writer per key, its messages in order); rows come
+    out key by key in the input's order, whatever finishes first.
+    """
+    if settings.concurrency <= 1:
+        processor = _processor(settings)
+        for key, group in _groups(rows):
+            yield from _process_key(processor, key, group, settings)
+        return
+    local = threading.local()
+
+    def work(key: str, group: list[Any]) -> list[tuple[Any, ...]]:
+        processor = getattr(local, "processor", None)
+        if processor is None:
+            processor = local.processor = _processor(settings)
+        return _process_key(processor, key, group, settings)
+
+    pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="streamstone-key")
+    pending: deque[Future[list[tuple[Any, ...]]]] = deque()
+    try:
+        for key, group in _groups(rows):
+            # Bounded look-ahead: at most twice the threads' worth of keys in memory.
+            while len(pending) >= 2 * settings.concurrency:
+                yield from pending.popleft().result()
+            pending.append(pool.submit(work, key, group))
+        while pending:
+            yield from pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def mark_partition(rows: Iterable[Any], settings: JobSettings) -> None:

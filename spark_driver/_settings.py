@@ -57,3 +57,13 @@ class JobSettings:
     max_attempts: int = 10
     #: Python logging level in the workers (the Azure SDK logs requests at DEBUG).
     log_level: str | None = None
+    #: Keys in flight at once inside one task, each on its own thread.
+    concurrency: int = 8
+    #: Keep each worker's stream headers between batches (see handlers.HeaderCache).
+    header_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
+            raise TypeError(f"concurrency must be an int, got {self.concurrency!r}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")

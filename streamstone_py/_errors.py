@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._model import WriteResult
     from ._partition import Partition
+    from ._stream import Stream
 
 __all__ = [
     "ConcurrencyConflictError",
@@ -64,11 +65,16 @@ class ConcurrencyConflictError(_WriteError):
     """The stream changed since its header was read, or already exists.
 
     The partition is left exactly as it was before the failing transaction.
+    ``current`` is the stream as the engine read it just after the conflict
+    (it reads the header to tell a conflict from a pending delete): write on
+    it to retry without another read. ``None`` when no stream was found, or
+    the header was not read.
     """
 
     def __init__(self, partition: Partition, reason: str) -> None:
         super().__init__(partition, f"Concurrent write detected: {reason}")
         self.reason = reason
+        self.current: Stream | None = None
 
 
 class DuplicateEventError(_WriteError):

@@ -218,10 +218,8 @@ def _attempt(
                     extra={"outcome": found},
                 )
             if outcome is CONFLICT and ambiguous:
-                yield from _refuse_tombstone(partition, exc)
-                raise ConcurrencyConflictError(
-                    partition, "the stream changed while the outcome of a write was unknown"
-                ) from exc
+                reason = "the stream changed while the outcome of a write was unknown"
+                raise (yield from _conflict(partition, reason, exc)) from exc
             if outcome is CONFLICT or (outcome is NOT_APPLIED and not ambiguous):
                 raise exc  # none of ours applied: the definite failure stands
             if outcome is NOT_APPLIED:
@@ -254,16 +252,29 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
         etag = yield from _attempt(partition, send, resolve)
     except ResourceExistsError as exc:
         # Azurite leaves error_code empty here, so the exception type decides.
-        yield from _refuse_tombstone(partition, exc)
-        raise ConcurrencyConflictError(partition, "the stream already exists") from exc
+        raise (yield from _conflict(partition, "the stream already exists", exc)) from exc
     return _stream.Stream._stored(partition, etag, 0, properties or {})
 
 
-def _refuse_tombstone(partition: Partition, cause: Exception) -> Steps[None]:
-    """After a write conflicted: if a delete has left a tombstone, say so, and how to finish it."""
+def _refuse_tombstone(partition: Partition, cause: Exception) -> Steps[_stream.Stream | None]:
+    """After a write conflicted: if a delete has left a tombstone, say so, and how
+    to finish it; otherwise the stream as stored now (None: there is none)."""
     row = yield from header_row(partition)
-    if row is not None and _is_deleted(row):
+    if row is None:
+        return None
+    if _is_deleted(row):
         raise StreamBeingDeletedError(partition) from cause
+    return _stream_from_row(partition, row)
+
+
+def _conflict(
+    partition: Partition, reason: str, cause: Exception
+) -> Steps[ConcurrencyConflictError]:
+    """The conflict to raise, with the stream read after it (or the pending delete)."""
+    current = yield from _refuse_tombstone(partition, cause)
+    error = ConcurrencyConflictError(partition, reason)
+    error.current = current
+    return error
 
 
 def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
@@ -334,8 +345,7 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
         etag = yield from _attempt(partition, send, resolve)
     except HttpResponseError as exc:
         if exc.status_code in (404, 412):
-            yield from _refuse_tombstone(partition, exc)
-            raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
+            raise (yield from _conflict(partition, "the stream header has changed", exc)) from exc
         raise
     return _stream.Stream._stored(partition, etag, stream.version, properties, stream.first_version)
 
@@ -618,7 +628,7 @@ def write(
                 raise
             if isinstance(error, ConcurrencyConflictError):
                 try:
-                    yield from _refuse_tombstone(partition, exc)
+                    error.current = yield from _refuse_tombstone(partition, exc)
                 except StreamBeingDeletedError as deleting:
                     error = deleting
             if recorded:

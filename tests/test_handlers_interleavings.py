@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from azure.data.tables import TableClient
 
-from handlers import InMemoryPublisher, Message, Processor, StateStore
+from handlers import HeaderCache, InMemoryPublisher, Message, Processor, StateStore
 from handlers.examples import shooting_range
 from streamstone_py import RetryPolicy, Stream
 
@@ -111,7 +111,12 @@ class GatedStore(StateStore):
 
 
 def run_schedule(
-    table: TableClient, strategy: str, key: str, bits: tuple[int, ...], both: bool = False
+    table: TableClient,
+    strategy: str,
+    key: str,
+    bits: tuple[int, ...],
+    both: bool = False,
+    cached: bool = False,
 ) -> tuple[int, ...]:
     publisher = InMemoryPublisher()
     setup = Processor(shooting_range, table, publisher, strategy=strategy)  # type: ignore[arg-type]
@@ -125,7 +130,10 @@ def run_schedule(
 
     def worker(index: int, messages: list[Message]) -> None:
         store = GatedStore(table, lambda: turnstile.gate(index))
-        p = Processor(shooting_range, table, publisher, strategy=strategy, retry=FAST, store=store)  # type: ignore[arg-type]
+        # With a cache, each worker has its own, as separate Spark workers do.
+        cache = HeaderCache() if cached else None
+        p = Processor(shooting_range, table, publisher, strategy=strategy, retry=FAST,  # type: ignore[arg-type]
+                      store=store, cache=cache)  # fmt: skip
         try:
             for message in messages:
                 results[index].append(p.process(message))
@@ -158,7 +166,12 @@ def run_schedule(
 
 
 def explore(
-    table: TableClient, strategy: str, game: str, both: bool = False, parallel: int = 4
+    table: TableClient,
+    strategy: str,
+    game: str,
+    both: bool = False,
+    cached: bool = False,
+    parallel: int = 4,
 ) -> int:
     """Run every distinct interleaving once: every branch of the real choice points.
 
@@ -171,7 +184,7 @@ def explore(
 
         def start(prefix: tuple[int, ...]) -> Future[tuple[int, ...]]:
             key = f"{game}-{strategy[0]}{next(names)}"
-            return pool.submit(run_schedule, table, strategy, key, prefix, both)
+            return pool.submit(run_schedule, table, strategy, key, prefix, both, cached)
 
         pending = {start(()): ()}
         while pending:
@@ -189,11 +202,19 @@ def explore(
 
 
 @pytest.mark.parametrize(
-    ("strategy", "both", "expected"), [("state", True, 252), ("outbox", False, 411)]
+    ("strategy", "both", "cached", "expected"),
+    [
+        ("state", True, False, 252),
+        ("outbox", False, False, 411),
+        ("state", True, True, 46),
+        ("outbox", False, True, 207),
+    ],
+    ids=["state", "outbox", "state-cached", "outbox-cached"],
 )
 def test_every_interleaving_of_two_workers(
-    table: TableClient, game: str, strategy: str, both: bool, expected: int
+    table: TableClient, game: str, strategy: str, both: bool, cached: bool, expected: int
 ) -> None:
     # The count pins the size of the tree: a change to the processor's storage
-    # calls changes it, and this test should then be looked at again.
-    assert explore(table, strategy, game, both) == expected
+    # calls changes it, and this test should then be looked at again. With a
+    # header cache, each worker writes on its cached (or a new) header first.
+    assert explore(table, strategy, game, both, cached) == expected

@@ -16,6 +16,7 @@ from handlers import (
     DuplicateOutsideWindowError,
     HandlerContext,
     HandlerFailedError,
+    HeaderCache,
     InMemoryPublisher,
     Message,
     Outcome,
@@ -146,19 +147,22 @@ def _check(outcomes: list[Outcome], expected: list[_Expected], strategy: str) ->
         assert outcome.version in versions, outcome
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["read", "cached"])
 @pytest.mark.parametrize("strategy", ["state", "outbox"])
 def test_long_batches_retention_and_evolution_agree_with_the_serial_run(
-    table: TableClient, game: str, strategy: str
+    table: TableClient, game: str, strategy: str, cached: bool
 ) -> None:
     rng = random.Random(f"20261123/{strategy}")
     key = f"{game}-{strategy}"
+    # One cache for both releases of the handler, as one worker has.
+    cache = HeaderCache() if cached else None
     clock = [datetime(2026, 11, 23, tzinfo=UTC)]
 
     def now() -> datetime:
         return clock[0]
 
     processors = {
-        v: Processor(h, table, InMemoryPublisher(), strategy=strategy, clock=now)  # type: ignore[arg-type]
+        v: Processor(h, table, InMemoryPublisher(), strategy=strategy, clock=now, cache=cache)  # type: ignore[arg-type]
         for v, h in VERSIONS.items()
     }
     reference = _Reference()

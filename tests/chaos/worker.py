@@ -26,7 +26,7 @@ from typing import Any
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 
-from handlers import Message, NonDeterministicHandlerError, Outcome, Processor
+from handlers import HeaderCache, Message, NonDeterministicHandlerError, Outcome, Processor
 from handlers._codec import unpack
 from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, join_binary
 
@@ -102,6 +102,9 @@ class _Worker:
         self.generation += 1
         self.publisher = FilePublisher(f"{self.path}-{self.generation}.jsonl", self.injector)
         self.store = ChaosStore(self.client, HANDLER, RETRY, self.injector)
+        # Odd generations keep a header cache (as Spark workers do), even ones
+        # read every header: a restart starts with an empty cache, or none.
+        self.cache = HeaderCache() if self.generation % 2 else None
         self.processors = {
             (strategy, version): self._processor(strategy, version)
             for strategy in ("state", "outbox")
@@ -119,6 +122,7 @@ class _Worker:
             retry=RETRY,
             max_attempts=50,
             store=self.store,
+            cache=self.cache,
             **options,
         )
 

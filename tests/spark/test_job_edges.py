@@ -186,6 +186,7 @@ def test_refusals_are_one_line_and_exit_2_before_spark_starts(
     base = ["run", "--input", path, "--output", str(tmp_path / "out")]
     cases = {
         "--partitions must be >= 1, got 0": [*base, "--partitions", "0"],
+        "--concurrency must be >= 1, got 0": [*base, "--concurrency", "0"],
         "--table 'no_such-name' is not a valid table name": [*base, "--table", "no_such-name"],
         f"--input '{tmp_path}/missing' does not exist": [
             "run", "--input", str(tmp_path / "missing"), "--output", "o"

@@ -1,0 +1,125 @@
+"""Stream headers a worker last wrote or read, so the next batch of a key can
+write without reading first."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+
+from streamstone_py import Partition, Stream
+
+__all__ = ["HeaderCache"]
+
+
+def _size(stream: Stream) -> int:
+    """Roughly what a header holds in memory: its byte and text properties."""
+    return 256 + sum(
+        len(value) for value in stream.properties.values() if isinstance(value, bytes | str)
+    )
+
+
+class HeaderCache:
+    """A bounded, thread-safe map from a key's stream to its newest known header.
+
+    Share one between the processors of a worker (it is keyed by table, handler
+    and key). A cached header is only ever a guess: the write that uses it is
+    conditional on its ETag, so a stale entry costs a refused write and a read,
+    never a wrong state. The least recently used entries go first once either
+    bound is reached; ``max_bytes`` counts the state each header carries.
+
+    A key the cache has not seen is written as a new stream directly while
+    most such guesses succeed (a new key takes one request, not two); once
+    more than half of the last ``window`` guesses met an existing stream (a
+    fresh worker over old keys), keys are read first until guesses pay again.
+    """
+
+    def __init__(
+        self, max_entries: int = 10_000, max_bytes: int = 64 * 2**20, window: int = 64
+    ) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str, str], tuple[Stream, int]] = OrderedDict()
+        self._bytes = 0
+        self._guesses: deque[bool] = deque(maxlen=window)
+        #: Lookups that found a header, lookups that did not, and cached or
+        #: guessed headers that a refused write proved stale.
+        self.hits = 0
+        self.misses = 0
+        self.stale = 0
+
+    @staticmethod
+    def _key(partition: Partition) -> tuple[str, str, str]:
+        # The row-key prefix names the virtual partition: the handler's stream.
+        return (partition.table.table_name, partition.partition_key, partition.row_key_prefix)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        """The estimated bytes the cached headers hold."""
+        with self._lock:
+            return self._bytes
+
+    def get(self, partition: Partition) -> Stream | None:
+        """The header last put for this partition, or None."""
+        key = self._key(partition)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return entry[0]
+
+    def put(self, stream: Stream) -> None:
+        """Remember this header as the newest known for its stream."""
+        if stream.is_transient:
+            return
+        key = self._key(stream.partition)
+        size = _size(stream)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.max_bytes:
+                return
+            self._entries[key] = (stream, size)
+            self._bytes += size
+            while len(self._entries) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, evicted) = self._entries.popitem(last=False)
+                self._bytes -= evicted
+
+    def drop(self, partition: Partition) -> None:
+        """Forget a header that proved stale, or that another call changed."""
+        key = self._key(partition)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+
+    def refused(self, partition: Partition) -> None:
+        """A write on this partition's cached or guessed header was refused."""
+        self.drop(partition)
+        with self._lock:
+            self.stale += 1
+
+    def guess_new(self) -> bool:
+        """Whether to write an unseen key as a new stream without reading first."""
+        with self._lock:
+            return sum(not ok for ok in self._guesses) * 2 <= len(self._guesses)
+
+    def guessed(self, ok: bool) -> None:
+        """Record whether an unseen key was new: from a guess, or from the read
+        made instead (so that guessing resumes when new keys come back)."""
+        with self._lock:
+            self._guesses.append(ok)
