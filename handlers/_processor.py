@@ -43,8 +43,10 @@ from streamstone_py import (
     EventData,
     IncludedOperationConflictError,
     Partition,
+    RecordedEvent,
     RetryPolicy,
     Stream,
+    StreamSlice,
     StreamstoneError,
     join_binary,
     split_binary,
@@ -158,6 +160,39 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# --- reading a key, shared by Processor and handlers.aio --------------------------
+
+
+def key_state(handler: Handler[S], key: str, stream: Stream | None) -> KeyState[S]:
+    """A key's newest state from its header (``None``: never written)."""
+    if stream is None or f"{STATE}_Parts" not in stream.properties:
+        state = handler.encode_state(handler.initial_state())
+    else:
+        state = join_binary(STATE, stream.properties)
+    return KeyState(key, stream.version if stream is not None else 0, handler.decode_state(state))
+
+
+def key_version(handler: Handler[S], event: RecordedEvent) -> KeyVersion[S]:
+    stored = StoredVersion.from_event(event)
+    message_type = str(event.properties.get("MessageType", ""))
+    state = handler.decode_state(stored.state)
+    return KeyVersion(stored.version, stored.message_id, message_type, stored.now, state)
+
+
+def check_page_size(page_size: object) -> None:
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
+        raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+
+
+def next_page(page: StreamSlice, start: int) -> int | None:
+    """Where the next page of a history starts (None: this was the last)."""
+    if page.is_end_of_stream:
+        return None
+    # A slice of versions truncated meanwhile is empty: go on from the first kept.
+    following = page.events[-1].version + 1 if page.events else page.first_available_version
+    return following if following > start else None
+
+
 class Processor(Generic[S]):
     """Runs one handler over messages with exactly-once effects.
 
@@ -245,9 +280,7 @@ class Processor(Generic[S]):
 
         A key never written has version 0 and the handler's initial state.
         """
-        stream = self.store.open(self.store.partition(key))
-        state = self.handler.decode_state(self._header_state(stream))
-        return KeyState(key, stream.version if stream is not None else 0, state)
+        return key_state(self.handler, key, self.store.open(self.store.partition(key)))
 
     def history(self, key: str, *, page_size: int = 1000) -> Iterator[KeyVersion[S]]:
         """Every kept version of a key, oldest first, read ``page_size`` at a time.
@@ -255,31 +288,14 @@ class Processor(Generic[S]):
         Versions that retention removed are not in it; the first one is the
         oldest kept. States are decoded by the current state class.
         """
-        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1:
-            raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+        check_page_size(page_size)
         partition = self.store.partition(key)
         stream = self.store.open(partition)
-        if stream is None:
-            return
-        start = stream.first_version
-        while True:
+        start: int | None = stream.first_version if stream is not None else None
+        while start is not None:
             page = self.store.read(partition, start, page_size)
-            for event in page.events:
-                stored = StoredVersion.from_event(event)
-                yield KeyVersion(
-                    stored.version,
-                    stored.message_id,
-                    str(event.properties.get("MessageType", "")),
-                    stored.now,
-                    self.handler.decode_state(stored.state),
-                )
-            if page.is_end_of_stream:
-                return
-            # A slice of versions truncated meanwhile is empty: go on from the first kept.
-            following = page.events[-1].version + 1 if page.events else page.first_available_version
-            if following <= start:
-                return
-            start = following
+            yield from (key_version(self.handler, event) for event in page.events)
+            start = next_page(page, start)
 
     def load_state(self, key: str, message_id: str) -> LoadedState[S]:
         """The state to handle ``message_id`` on, in at most two round trips.

@@ -28,6 +28,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class _Help(argparse.HelpFormatter):
+    """Each option's default in its help, unless there is none to state."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
 class _Refused(Exception):
     """A check before any work failed; the message is the one line to print."""
 
@@ -81,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "or STREAMSTONE_ACCOUNT_URL with STREAMSTONE_SAS_TOKEN or a managed identity. "
         "Exit status: 0 if every message is completed, a duplicate or dead-lettered; "
         "3 if any is abandoned or faulted (deliver the input again); 2 if refused.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
     run.add_argument("--input", required=True, help="input file or directory")
     run.add_argument(
@@ -89,8 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         required=True,
         help="output directory; a batch run replaces the results of an earlier run there",
     )
-    run.add_argument("--input-format", choices=["json", "parquet"], default="json")
-    run.add_argument("--output-format", choices=["parquet", "json"], default="parquet")
+    run.add_argument(
+        "--input-format", choices=["json", "parquet"], default="json", help="JSON lines or Parquet"
+    )
+    run.add_argument(
+        "--output-format", choices=["parquet", "json"], default="parquet", help="of every part"
+    )
     run.add_argument("--table", default="handlerstate", help="table of the handler's state")
     run.add_argument(
         "--no-create-table",
@@ -105,8 +119,13 @@ def main(argv: list[str] | None = None) -> int:
     builtins = ", ".join(BUILTIN_HANDLERS)
     run.add_argument("--handler", default="shooting_range",
                      help=f"{builtins}, or package.module:attribute")  # fmt: skip
-    run.add_argument("--strategy", choices=["state", "outbox"], default="state")
-    run.add_argument("--partitions", type=int, default=8)
+    run.add_argument(
+        "--strategy", choices=["state", "outbox"], default="state",
+        help="state versions per message, or an outbox of outputs",
+    )  # fmt: skip
+    run.add_argument(
+        "--partitions", type=int, default=8, help="Spark partitions the keys are spread over"
+    )
     run.add_argument("--order-by", help="column that orders messages within a key")
     run.add_argument(
         "--concurrency",

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from azure.core.credentials import AzureSasCredential
@@ -53,6 +53,28 @@ class RedactSecrets(logging.Filter):
         if masked != message:
             record.msg, record.args = masked, None
         return True
+
+
+def environment_once(url: str) -> dict[str, Any]:
+    """Client options that apply the environment's network settings for ``url``
+    once, when the client is built.
+
+    ``requests`` looks up ``HTTPS_PROXY``/``NO_PROXY`` (and the CA bundle) in the
+    environment on every request, a measurable share of a request's CPU. These
+    options turn that off (``use_env_settings=False``) and give the same
+    settings explicitly: the proxy the environment names for this URL (none if
+    ``NO_PROXY`` exempts it), and ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``.
+    """
+    import requests.utils
+
+    options: dict[str, Any] = {"use_env_settings": False}
+    proxies = requests.utils.get_environ_proxies(url)
+    if proxies:
+        options["proxies"] = dict(proxies)
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle:
+        options["connection_verify"] = bundle
+    return options
 
 
 def _public_url(url: str) -> str:
@@ -134,10 +156,10 @@ class TableConfig:
             sas_token=env.get("STREAMSTONE_SAS_TOKEN") or None,
         )
 
-    def _from_connection_string(self, client: type[_Client]) -> _Client:
+    def _from_connection_string(self, client: type[_Client], **options: Any) -> _Client:
         assert self.connection_string is not None
         try:
-            return client.from_connection_string(self.connection_string, self.table_name)
+            return client.from_connection_string(self.connection_string, self.table_name, **options)
         except ValueError as exc:
             # The SDK's message may quote the string; ours never does.
             raise ValueError(
@@ -146,17 +168,25 @@ class TableConfig:
             ) from None
 
     def table_client(self) -> TableClient:
-        """A sync ``TableClient`` for this table (the table itself is not created)."""
+        """A sync ``TableClient`` for this table (the table itself is not created).
+
+        Its transport reads the environment's proxy and CA bundle settings once,
+        here, rather than on every request as ``requests`` does by default
+        (see :func:`environment_once`).
+        """
         if self.connection_string:
-            return self._from_connection_string(TableClient)
+            url = self._from_connection_string(TableClient).url
+            return self._from_connection_string(TableClient, **environment_once(url))
         assert self.account_url is not None
+        options = environment_once(self.account_url)
         if self.sas_token:
-            return TableClient(
-                self.account_url, self.table_name, credential=AzureSasCredential(self.sas_token)
-            )
+            credential = AzureSasCredential(self.sas_token)
+            return TableClient(self.account_url, self.table_name, credential=credential, **options)
         from azure.identity import DefaultAzureCredential
 
-        return TableClient(self.account_url, self.table_name, credential=DefaultAzureCredential())
+        return TableClient(
+            self.account_url, self.table_name, credential=DefaultAzureCredential(), **options
+        )
 
     def async_table_client(self) -> AsyncTableClient:
         """An async ``TableClient`` for :mod:`streamstone_py.aio`."""

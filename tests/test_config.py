@@ -8,7 +8,9 @@ import uuid
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
+from azurite.proxy import Proxy
 from streamstone_py import EventData, Partition, Stream, TableConfig
+from streamstone_py._config import environment_once
 
 SAS = "sv=2024-01-01&ss=t&srt=sco&sp=rwdlacu&se=2099-01-01T00:00:00Z&sig=TOPSECRETsignature%3D"
 KEY = "c2VjcmV0LWtleS1ub3QtZm9yLWV5ZXM="
@@ -173,3 +175,39 @@ def test_every_logger_at_debug_behind_redact_secrets_shows_no_sas_signature(
     assert "sig=***" in logged  # the request line was logged, masked
     assert signature.group(1) not in logged
     assert Stream.open(Partition(client, "k")).version == 1  # the token did work
+
+
+def test_the_environment_s_proxy_is_read_once_when_the_client_is_built(
+    connection_string: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A real proxy on a real socket: the client must go through it when the
+    # environment names it, and around it when NO_PROXY exempts the host.
+    port = int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+    for name in ("NO_PROXY", "no_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
+                 "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    with Proxy(port) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        name = "proxied" + uuid.uuid4().hex[:8]
+        proxied = TableConfig(name, connection_string=connection_string).table_client()
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        direct = TableConfig(name, connection_string=connection_string).table_client()
+        monkeypatch.delenv("NO_PROXY")
+
+        proxied.create_table()  # read once: NO_PROXY, set since, does not apply
+        assert [r.head.split(b"\r\n")[0] for r, _ in proxy.seen] == [
+            f"POST http://127.0.0.1:{port}/devstoreaccount1/Tables HTTP/1.1".encode()
+        ]
+        Stream.provision(Partition(direct, "k"))  # the table the proxied call made
+        assert Stream.open(Partition(direct, "k")).version == 0
+        assert len(proxy.seen) == 1
+
+    url = direct.url
+    assert environment_once(url) == {"use_env_settings": False, "proxies": {
+        "http": f"http://127.0.0.1:{proxy.port}"}}  # fmt: skip
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    assert environment_once(url) == {
+        "use_env_settings": False,
+        "connection_verify": "/etc/ssl/certs/ca-certificates.crt",
+    }

@@ -14,21 +14,25 @@ from typing import Any
 
 import pytest
 from azure.data.tables import TableClient, UpdateMode
+from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from handlers import (
     DuplicateOutsideWindowError,
     HandlerContext,
     InMemoryPublisher,
+    KeyState,
+    KeyVersion,
     Message,
     Processor,
     StateStore,
+    aio,
     handler,
 )
 from handlers._codec import digest, pack
 from handlers._store import StoredVersion
 from streamstone_py import Partition, Stream
 from tests.faults import Crash, CrashingTransport, FaultPlan, FaultyTransport
-from tests.helpers import rows
+from tests.helpers import rows, wait
 
 # --- handlers under test ---------------------------------------------------------
 
@@ -664,14 +668,26 @@ def test_the_table_publisher_splits_by_bytes_and_refuses_one_id_with_two_content
 # --- reading a key: the newest state, and its history ------------------------------
 
 
-def test_current_state_and_history_of_a_key(table: TableClient, strategy: str, game: str) -> None:
+async def _aio_read(
+    table: AsyncTableClient, key: str, page_size: int = 1000
+) -> tuple[KeyState[Any], list[KeyVersion[Any]]]:
+    now = await aio.current_state(tally, table, key)
+    return now, [v async for v in aio.history(tally, table, key, page_size=page_size)]
+
+
+def test_current_state_and_history_of_a_key(
+    table: TableClient, async_table: AsyncTableClient, strategy: str, game: str
+) -> None:
     p = make(table, strategy)
     assert (p.current_state(game).version, vars(p.current_state(game).state)) == (
         0,
         {"count": 0, "seen": []},
     )
     assert list(p.history(game)) == []
+    assert wait(_aio_read(async_table, game)) == (p.current_state(game), [])
     p.process_batch(game, adds(game, ["a", "b", "c", "d", "e"]))
+    # The async reads give the same answers.
+    assert wait(_aio_read(async_table, game, 2)) == (p.current_state(game), list(p.history(game)))
 
     now = p.current_state(game)
     assert (now.key, now.version, vars(now.state)) == (
@@ -694,5 +710,9 @@ def test_current_state_and_history_of_a_key(table: TableClient, strategy: str, g
     # Pages of two from the first kept version: none is empty before the end.
     assert [v.version for v in p.history(game, page_size=2)] == kept
     assert p.current_state(game).version == 5
+    after = wait(_aio_read(async_table, game, 2))
+    assert (after[0].version, [v.version for v in after[1]]) == (5, kept)
     with pytest.raises(ValueError, match="page_size must be an int >= 1, got 0"):
         list(p.history(game, page_size=0))
+    with pytest.raises(ValueError, match="page_size must be an int >= 1, got 0"):
+        wait(_aio_read(async_table, game, 0))

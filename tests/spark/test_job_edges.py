@@ -179,6 +179,23 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
     return int(done.value.code or 0), capsys.readouterr().err
 
 
+def test_help_states_every_default_and_what_stream_and_output_do(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # unwrapped
+    for default in ("json", "parquet", "handlerstate", "shooting_range", "state", "8",
+                    "WARNING", "ERROR"):  # fmt: skip
+        assert f"(default: {default})" in text
+    assert "(default: the one spark-submit set, else local[2])" in text
+    assert "(default: None)" not in text
+    assert "(default: False)" not in text
+    assert "one micro-batch each under OUTPUT/batch=N, then exit" in text
+    assert "a batch run replaces the results of an earlier run there" in text
+
+
 def test_refusals_are_one_line_and_exit_2_before_spark_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
