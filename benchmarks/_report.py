@@ -124,6 +124,35 @@ def targets(records: list[Record]) -> list[str]:
         lambda x: x <= 0.2,
         0.2,
     )
+    for kind in ("new", "revisited"):
+        add(
+            f"requests per message, one message per key ({kind} keys, header cache)",
+            "≤ 1.0",
+            value(f"keys.requests.{kind}"),
+            lambda x: x <= 1.0,
+            1.0,
+        )
+    add(
+        "task body: 10,000 keys x 1 vs 10 keys x 1,000 (throughput)",
+        "≥ 0.25x",
+        ratio("task.keys.scaling"),
+        lambda x: x >= 0.25,
+        0.25,
+    )
+    add(
+        "task body through a 5 ms proxy: 8 keys in flight vs one at a time",
+        "≥ 8x",
+        ratio("task.latency.concurrency"),
+        lambda x: x >= 8,
+        8,
+    )
+    add(
+        "client CPU per request: TableConfig's vs the default client",
+        "≤ 0.5x",
+        ratio("client.cpu_per_request"),
+        lambda x: x <= 0.5,
+        0.5,
+    )
     add(
         "Spark pipeline vs raw batch inserts (throughput)",
         "≥ 0.5x",
@@ -299,6 +328,32 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
             *table(keys),
             "",
         ]
+
+    many = [r for r in records if r["name"].startswith(("keys.", "task.", "client."))]
+    throughput = _find(records, "task.keys.throughput")
+    if many:
+        out += ["## Many keys, few messages each", ""]
+    if throughput:
+
+        def draw_throughput(ax: Any) -> None:
+            for delay in sorted({r["params"]["delay_ms_each_way"] for r in throughput}):
+                series = sorted(
+                    (r["params"]["keys"], r["value"])
+                    for r in throughput
+                    if r["params"]["delay_ms_each_way"] == delay
+                )
+                label = f"{delay:g} ms each way" if delay else "no added latency"
+                ax.plot([s[0] for s in series], [s[1] for s in series], "o-", label=label)
+            ax.set_xscale("log")
+            ax.set_xlabel("keys (same number of messages)")
+            ax.set_ylabel("messages/s")
+            ax.set_title("task body (8 keys in flight, header cache) vs number of keys")
+            ax.legend()
+
+        _plot(images / "many_keys.png", draw_throughput)
+        out += [f"![task throughput vs keys]({name}/many_keys.png)", ""]
+    if many:
+        out += [*table(many), ""]
 
     sizes = _find(records, "handlers.storage_bytes")
     if sizes:

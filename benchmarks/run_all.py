@@ -27,7 +27,13 @@ from typing import Any
 
 from _common import ROOT, account, log
 
-SCRIPTS = ("bench_stream.py", "bench_handlers.py", "bench_spark.py", "profile_task.py")
+SCRIPTS = (
+    "bench_stream.py",
+    "bench_handlers.py",
+    "bench_keys.py",
+    "bench_spark.py",
+    "profile_task.py",
+)
 
 
 def machine() -> dict[str, Any]:
