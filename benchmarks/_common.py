@@ -7,6 +7,7 @@ repeats with min and max, and a correctness check that fails the run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -25,11 +26,31 @@ from azure.core.pipeline.transport import RequestsTransport  # noqa: E402
 
 from azurite.launcher import account  # noqa: E402
 
-__all__ = ["CountingTransport", "account", "check", "emit", "log", "machine", "paired", "timed"]
+__all__ = [
+    "CountingTransport",
+    "account",
+    "check",
+    "emit",
+    "log",
+    "machine",
+    "paired",
+    "quick",
+    "timed",
+]
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def quick(doc: str | None) -> bool:
+    """The ``--quick`` flag of a benchmark script (its docstring's first line is
+    the description); logs the machine, which every run reports beside its figures."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
+    flag = bool(parser.parse_args().quick)
+    log(f"machine: {machine()}")
+    return flag
 
 
 def machine() -> dict[str, Any]:

@@ -23,14 +23,13 @@ Run: ``python benchmarks/bench_handlers.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from _common import CountingTransport, account, check, emit, log, machine, timed
+from _common import CountingTransport, account, check, emit, log, quick, timed
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 
@@ -278,15 +277,12 @@ def bench_bytes(table: TableClient, sizes: list[int], messages: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
-    args = parser.parse_args()
-    log(f"machine: {machine()}")
-    lengths = [10, 100, 1_000] if args.quick else [10, 100, 1_000, 10_000, 100_000]
-    keys, repeats = (5, 3) if args.quick else (20, 5)
-    key_counts = [10, 100, 1_000] if args.quick else [10, 100, 1_000, 10_000]
+    is_quick = quick(__doc__)
+    lengths = [10, 100, 1_000] if is_quick else [10, 100, 1_000, 10_000, 100_000]
+    keys, repeats = (5, 3) if is_quick else (20, 5)
+    key_counts = [10, 100, 1_000] if is_quick else [10, 100, 1_000, 10_000]
     key_total = key_counts[-1]
-    sizes = [100, 10_000] if args.quick else [100, 1_000, 10_000, 100_000]
+    sizes = [100, 10_000] if is_quick else [100, 1_000, 10_000, 100_000]
     with account() as connection_string:
         service = TableServiceClient.from_connection_string(connection_string)
         table = service.create_table_if_not_exists("benchhandlers" + uuid.uuid4().hex[:8])
@@ -295,7 +291,7 @@ def main() -> int:
         service.delete_table(table.table_name)
         bench_keys(service, key_counts, key_total, 3)
         table = service.create_table("benchbytes" + uuid.uuid4().hex[:8])
-        bench_bytes(table, sizes, 20 if args.quick else 50)
+        bench_bytes(table, sizes, 20 if is_quick else 50)
         service.delete_table(table.table_name)
     return 0
 

@@ -24,7 +24,6 @@ Run: ``python benchmarks/bench_keys.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -33,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from _common import CountingTransport, account, check, emit, log, machine, paired
+from _common import CountingTransport, account, check, emit, log, paired, quick
 from azure.data.tables import TableClient, TableServiceClient
 
 import spark_driver._executor as executor
@@ -206,21 +205,17 @@ def bench_throughput(connection_string: str, counts: list[int], total: int, dela
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
-    args = parser.parse_args()
-    log(f"machine: {machine()}")
-    quick = args.quick
+    small = quick(__doc__)
     with account() as connection_string:
         log("requests per message over new and revisited keys")
-        bench_requests(connection_string, 200 if quick else 2_000, 1 if quick else 3)
+        bench_requests(connection_string, 200 if small else 2_000, 1 if small else 3)
         log("CPU per request, tuned client against the default")
-        bench_cpu(connection_string, 300 if quick else 2_000, 3 if quick else 5)
+        bench_cpu(connection_string, 300 if small else 2_000, 3 if small else 5)
         log("the task body: many keys against few")
-        bench_scaling(connection_string, 1_000 if quick else 10_000, 1 if quick else 3)
+        bench_scaling(connection_string, 1_000 if small else 10_000, 1 if small else 3)
         log("the task body through a 5 ms proxy")
-        bench_latency(connection_string, 200 if quick else 2_000, 0.005, 1 if quick else 3)
-        counts = [10, 100, 1_000] if quick else [10, 100, 1_000, 10_000]
+        bench_latency(connection_string, 200 if small else 2_000, 0.005, 1 if small else 3)
+        counts = [10, 100, 1_000] if small else [10, 100, 1_000, 10_000]
         for delay in (0.0, 0.005):
             log(f"throughput against keys, {delay * 1000:.0f} ms each way")
             bench_throughput(connection_string, counts, counts[-1], delay)

@@ -17,7 +17,6 @@ Run: ``python benchmarks/bench_spark.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -28,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import account, check, emit, log, machine
+from _common import account, check, emit, quick
 from azure.data.tables import TableServiceClient
 
 from spark_driver import JobSettings, run_batch, session
@@ -145,11 +144,8 @@ def raw_inserts(connection_string: str, inbox: Path) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
-    args = parser.parse_args()
-    games, per_game, repeats = (100, 20, 2) if args.quick else (500, 40, 3)
-    log(f"machine: {machine()}")
+    is_quick = quick(__doc__)
+    games, per_game, repeats = (100, 20, 2) if is_quick else (500, 40, 3)
     with account() as connection_string, tempfile.TemporaryDirectory() as work:
         os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
         root = Path(work)

@@ -14,12 +14,11 @@ Run: ``python benchmarks/bench_stream.py [--quick]``. Target: ratio <= 1.15.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import uuid
 from typing import Any
 
-from _common import account, check, emit, log, machine, paired, timed
+from _common import account, check, emit, log, paired, quick, timed
 from azure.core import MatchConditions
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from azure.data.tables.aio import TableClient as AsyncTableClient
@@ -147,12 +146,9 @@ def measure_async(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
-    args = parser.parse_args()
-    write_n, read_n, repeats = (500, 2_000, 3) if args.quick else (2_000, 10_000, 7)
-    streams, per_stream = (50, 5) if args.quick else (50, 10)
-    log(f"machine: {machine()}")
+    is_quick = quick(__doc__)
+    write_n, read_n, repeats = (500, 2_000, 3) if is_quick else (2_000, 10_000, 7)
+    streams, per_stream = (50, 5) if is_quick else (50, 10)
 
     with account() as connection_string:
         service = TableServiceClient.from_connection_string(connection_string)

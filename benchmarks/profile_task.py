@@ -12,7 +12,6 @@ Run: ``python benchmarks/profile_task.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import json
 import os
@@ -26,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import account, check, emit, log, machine
+from _common import account, check, emit, log, quick
 from azure.data.tables import TableServiceClient
 
 from spark_driver import JobSettings
@@ -88,11 +87,8 @@ def profile(table: str, work: list[dict[str, Any]]) -> tuple[pstats.Stats, float
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
-    args = parser.parse_args()
-    games, per_game = (50, 20) if args.quick else (250, 40)
-    log(f"machine: {machine()}")
+    is_quick = quick(__doc__)
+    games, per_game = (50, 20) if is_quick else (250, 40)
     with account() as connection_string:
         os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
         table = f"profile{uuid.uuid4().hex[:10]}"

@@ -227,3 +227,22 @@ def test_the_cache_is_bounded_by_entries_and_by_bytes(
         q.process_batch(k, adds(k, [f"{k}-2"]))
     assert len(small) == 2
     assert one * 2 - 10 <= small.size_bytes <= small.max_bytes
+
+
+def test_two_handlers_on_one_key_share_a_cache_without_mixing_their_streams(
+    connection_string: str, table: TableClient, game: str
+) -> None:
+    # Each handler's stream is a virtual partition of the key's table partition:
+    # the cache must keep one header per stream, not per key.
+    client, plan = counted(connection_string, table)
+    cache = HeaderCache()
+    counter = cached(client, "state", cache)
+    bank = cached(client, "state", cache, h=account)
+    for n in range(3):
+        counter.process_batch(game, adds(game, [f"c{n}"]))
+        bank.process_batch(game, [Message(f"b{n}", game, "Deposit", {"amount": 10})])
+
+    assert plan.requests == 6  # every batch written on its own stream's header
+    assert (cache.hits, cache.misses, cache.stale, len(cache)) == (4, 2, 0, 2)
+    assert [(v, m) for v, m, _ in history(counter, game)] == [(1, "c0"), (2, "c1"), (3, "c2")]
+    assert history(bank, game)[-1] == (3, "b2", {"balance": 30, "note": "last: b2"})
