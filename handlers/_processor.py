@@ -163,13 +163,17 @@ def _utcnow() -> datetime:
 # --- reading a key, shared by Processor and handlers.aio --------------------------
 
 
+def header_state(handler: Handler[Any], stream: Stream | None) -> bytes:
+    """The encoded state a header holds (the initial state: never written)."""
+    if stream is None or f"{STATE}_Parts" not in stream.properties:
+        return handler.encode_state(handler.initial_state())
+    return join_binary(STATE, stream.properties)
+
+
 def key_state(handler: Handler[S], key: str, stream: Stream | None) -> KeyState[S]:
     """A key's newest state from its header (``None``: never written)."""
-    if stream is None or f"{STATE}_Parts" not in stream.properties:
-        state = handler.encode_state(handler.initial_state())
-    else:
-        state = join_binary(STATE, stream.properties)
-    return KeyState(key, stream.version if stream is not None else 0, handler.decode_state(state))
+    state = handler.decode_state(header_state(handler, stream))
+    return KeyState(key, stream.version if stream is not None else 0, state)
 
 
 def key_version(handler: Handler[S], event: RecordedEvent) -> KeyVersion[S]:
@@ -270,11 +274,6 @@ class Processor(Generic[S]):
 
     # --- loading --------------------------------------------------------------
 
-    def _header_state(self, stream: Stream | None) -> bytes:
-        if stream is None or f"{STATE}_Parts" not in stream.properties:
-            return self.handler.encode_state(self.handler.initial_state())
-        return join_binary(STATE, stream.properties)
-
     def current_state(self, key: str) -> KeyState[S]:
         """A key's newest state and version, in one round trip (the header).
 
@@ -307,7 +306,7 @@ class Processor(Generic[S]):
         version = self.store.find(partition, message_id)
         if version is None:
             stream = self.store.open(partition)
-            state = self.handler.decode_state(self._header_state(stream))
+            state = self.handler.decode_state(header_state(self.handler, stream))
             return LoadedState(state, stream.version if stream else 0, False)
         original, before = self._versions_around(key, message_id, version)
         return LoadedState(self.handler.decode_state(before), version - 1, True, original)
@@ -495,7 +494,7 @@ class Processor(Generic[S]):
         stream: Stream,
         stored: dict[str, _Step | BaseException],
     ) -> _Plan:
-        state = self._header_state(stream if not stream.is_transient else None)
+        state = header_state(self.handler, stream if not stream.is_transient else None)
         watermark = stream.properties.get(WATERMARK)
         # Retention's marks survive every write: a recorded cut may still be unfinished.
         header = {
@@ -651,8 +650,15 @@ class Processor(Generic[S]):
         conflicts = 0
         cache = self.cache
         cached = cache.get(partition) if cache is not None else None
-        # A key the cache has not seen: learn whether it was new, once.
+        # A key the cache has not seen: learn once whether it was new.
         unseen = cache is not None and cached is None
+
+        def learned(new: bool) -> None:
+            nonlocal unseen
+            if unseen and cache is not None:
+                cache.guessed(new)
+                unseen = False
+
         # The header to write on without reading: cached, or a new stream.
         guess = cached
         if unseen and cache is not None and cache.guess_new():
@@ -665,9 +671,7 @@ class Processor(Generic[S]):
                 else:
                     stream = self._open(partition) if read is None else self._seen(read)
                     read = None
-                    if unseen and cache is not None:
-                        cache.guessed(stream.is_transient)
-                        unseen = False
+                    learned(stream.is_transient)
                 plan = self._fold(key, messages, stream, stored)
                 if guess is not None and not self._confirmed_by_write(plan):
                     guess = None  # decide these outcomes on the stored header
@@ -676,10 +680,8 @@ class Processor(Generic[S]):
                     break
                 try:
                     written = self.store.write(stream, plan.events)
+                    learned(stream.is_transient)
                     if cache is not None:
-                        if unseen:
-                            cache.guessed(stream.is_transient)
-                            unseen = False
                         cache.put(written.stream)
                     break
                 except ConcurrencyConflictError as exc:
@@ -687,9 +689,7 @@ class Processor(Generic[S]):
                     read = exc.current
                     if guess is not None:  # the guess was stale: not a rival's conflict
                         assert cache is not None
-                        if unseen:
-                            cache.guessed(False)
-                            unseen = False
+                        learned(False)
                         cache.refused(partition)
                         continue
                     conflicts += 1

@@ -124,6 +124,28 @@ def test_write_conflicts_leave_partition_unchanged(
 
     assert caught.value.partition == partition
     assert snapshot(partition) == before
+    assert caught.value.current == S.open(partition)  # the header read with the refusal
+
+
+def test_a_conflict_hands_back_the_stored_header_to_write_on(partition: Partition) -> None:
+    S.provision(partition)
+    with pytest.raises(ConcurrencyConflictError, match="already exists") as created:
+        S.write(Stream(partition), event("e1"))
+    provisioned = created.value.current
+    assert provisioned is not None
+    assert provisioned.version == 0
+    stale = S.write(provisioned, event("e1")).stream
+    _change_header(partition)
+    with pytest.raises(ConcurrencyConflictError, match="header has changed") as moved:
+        S.write(stale, event("e2"))
+
+    current = moved.value.current
+    assert current == S.open(partition)
+    assert current is not None
+    assert current.etag != stale.etag
+    # Written on it, with no other read: the retry a header cache makes.
+    assert S.write(current, event("e2")).stream.version == 2
+    assert rows(partition)["SS-HEAD"] == {"Version": 2}
 
 
 def test_id_row_alone_reports_duplicate(partition: Partition) -> None:
