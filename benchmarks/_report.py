@@ -93,10 +93,10 @@ def targets(records: list[Record]) -> list[str]:
     )
     add(
         "engine read vs raw calls (time)",
-        "≤ 1.15x",
+        "≤ 1.10x",
         ratio("stream.read"),
-        lambda x: x <= 1.15,
-        1.15,
+        lambda x: x <= 1.10,
+        1.10,
     )
     for kind in ("new", "duplicate"):
         growth = _find(records, f"handlers.load_state.{kind}.growth")

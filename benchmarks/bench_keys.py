@@ -15,6 +15,9 @@
 - ``client.cpu_per_request``: CPU milliseconds per request of the client
   ``TableConfig`` builds, beside the client as
   ``TableClient.from_connection_string`` builds it (target: at most 0.5).
+- ``client.cpu.share.*``: one profiled pass of the tuned client: the shares
+  of its time spent building the ``$batch`` multipart request, parsing the
+  multipart response, and in the HTTP exchange itself.
 - ``task.keys.throughput``: messages/s of the task body against the number of
   keys for the same messages, with and without the proxy (for the plot), each
   beside the first key count.
@@ -24,8 +27,10 @@ Run: ``python benchmarks/bench_keys.py [--quick]``.
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import time
 import uuid
 from collections.abc import Iterator
@@ -110,6 +115,48 @@ def bench_cpu(connection_string: str, keys: int, repeats: int) -> None:
     values, peers = paired(tuned, default, repeats)
     emit("client.cpu_per_request", "ms CPU/request", "lower", values,
          "TableClient.from_connection_string", peers, {"requests": keys - 1})  # fmt: skip
+    cpu_shares(connection_string, keys)
+
+
+#: Where a ``$batch`` spends the client's time, by the SDK function that
+#: does it (each share includes what that function calls).
+COST_GROUPS: dict[str, tuple[str, str]] = {
+    "request_multipart": ("_pipeline_transport_rest_shared.py", "_prepare_multipart_body_helper"),
+    "response_multipart": ("_pipeline_transport_rest_shared.py", "_parts_helper"),
+    # Includes waiting for Azurite's answer.
+    "http_exchange": ("requests/adapters.py", "send"),
+}
+
+
+def cpu_shares(connection_string: str, keys: int) -> None:
+    """Shares of one profiled pass of the tuned client (one ``$batch`` per
+    message), for the options that would shrink each: the report weighs what
+    a faster multipart parser could gain at most."""
+    service = TableServiceClient.from_connection_string(connection_string)
+    name = "benchprof" + uuid.uuid4().hex[:8]
+    service.create_table(name)
+    with TableConfig(name, connection_string=connection_string).table_client() as table:
+        p = Processor(shooting_range, table, InMemoryPublisher(), cache=HeaderCache())
+        work = [Message(f"k{n}-r", f"k{n}", "StartNewRound") for n in range(keys)]
+        p.process(work[0])
+        profile = cProfile.Profile()
+        profile.enable()
+        for message in work[1:]:
+            p.process(message)
+        profile.disable()
+        check(p.stats.completed == keys, f"profile: {p.stats.completed} of {keys}")
+    service.delete_table(name)
+    stats: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    total = sum(tottime for (_, _, tottime, _, _) in stats.values())
+    for group, (file, function) in COST_GROUPS.items():
+        # The outermost frames' cumulative time; recursion is counted once.
+        spent = sum(
+            cumtime
+            for (path, _, name_), (_, _, _, cumtime, _) in stats.items()
+            if path.endswith(file) and name_ == function
+        )
+        emit(f"client.cpu.share.{group}", "% of profiled time", "lower",
+             [100 * spent / total], None, None, {"requests": keys - 1})  # fmt: skip
 
 
 def rows_for(keys: int, per_key: int, tag: str) -> list[dict[str, Any]]:

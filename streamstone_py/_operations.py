@@ -149,14 +149,13 @@ def header_row(partition: Partition) -> Steps[Row | None]:
 
 
 def _recorded_from_row(row: Entity) -> RecordedEvent:
-    version = from_table(row[VERSION])
+    version = row[VERSION]
+    if type(version) is not int:
+        version = from_table(version)
+        assert isinstance(version, int)
     event_id = row.get(EVENT_ID)
-    assert isinstance(version, int)
-    return RecordedEvent(
-        version=version,
-        id=str(event_id) if event_id is not None else None,
-        properties=plain_properties(row),
-    )
+    event_id = None if event_id is None else str(event_id)
+    return RecordedEvent(version, event_id, plain_properties(row))
 
 
 # --- ambiguous writes ---------------------------------------------------------

@@ -212,7 +212,13 @@ def plain_properties(row: Mapping[str, Any]) -> dict[str, PropertyValue]:
 
     Writes refuse reserved names in any case, so the exact names suffice here.
     """
-    return {k: from_table(v) for k, v in row.items() if k not in ENGINE_COLUMNS}
+    plain = _PLAIN_TYPES
+    # Inlined plain-type test: this runs once per property of every row read.
+    return {
+        k: v if type(v) in plain else from_table(v)
+        for k, v in row.items()
+        if k not in ENGINE_COLUMNS
+    }
 
 
 class _NaN:
