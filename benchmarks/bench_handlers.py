@@ -35,7 +35,7 @@ from azure.data.tables import TableClient, TableServiceClient
 
 from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
 from handlers.examples import shooting_range
-from tests.test_handlers_oracle import replay_load  # the seed's LoadState, the tests' oracle
+from handlers.testing import replay_load  # the seed's LoadState, the tests' oracle
 
 
 def messages_for(key: str, count: int, tag: str = "") -> list[Message]:

@@ -22,13 +22,15 @@ from ._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
     HandlerFailedError,
+    IllegalTransitionError,
     NonDeterministicHandlerError,
     StateTooLargeError,
 )
 from ._handler import Handler, handler
-from ._lifecycle import IllegalTransitionError, Receive, ReceiveState
+from ._lifecycle import Receive, ReceiveState
 from ._message import Message
-from ._processor import KeyState, KeyVersion, LoadedState, Outcome, Processor, ProcessorStats
+from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, ProcessorStats
+from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
 from ._store import StateStore, StoredVersion
 

@@ -8,7 +8,9 @@ from collections import OrderedDict, deque
 
 from streamstone_py import Partition, Stream
 
-__all__ = ["HeaderCache"]
+from ._store import StateStore
+
+__all__ = ["BatchHeader", "HeaderCache"]
 
 
 def _size(stream: Stream) -> int:
@@ -123,3 +125,80 @@ class HeaderCache:
         made instead (so that guessing resumes when new keys come back)."""
         with self._lock:
             self._guesses.append(ok)
+
+
+class BatchHeader:
+    """The header a batch folds over: cached, guessed new, or read.
+
+    With a :class:`HeaderCache`, a key's next batch is written on the cached
+    header, and a key the cache has not seen is written as a new stream while
+    most unseen keys turn out new. A refused guess costs no conflict: the
+    engine hands back the stored header, and the batch folds again on it.
+    """
+
+    def __init__(self, store: StateStore, cache: HeaderCache | None, partition: Partition):
+        self.store = store
+        self.cache = cache
+        self.partition = partition
+        cached = cache.get(partition) if cache is not None else None
+        # A key the cache has not seen: learn once whether it was new.
+        self.unseen = cache is not None and cached is None
+        self.guess = cached
+        if self.unseen and cache is not None and cache.guess_new():
+            self.guess = Stream(partition)
+        self.read: Stream | None = None  # a header the engine read after a conflict
+
+    @property
+    def guessing(self) -> bool:
+        return self.guess is not None
+
+    def stream(self) -> Stream:
+        if self.guess is not None:
+            return self.guess
+        stream = self._open() if self.read is None else self._seen(self.read)
+        self.read = None
+        self._learned(stream.is_transient)
+        return stream
+
+    def read_instead(self) -> None:
+        """Fold next on the stored header (read afresh), not on a guess."""
+        self.guess = None
+        self.read = None
+
+    def written(self, folded: Stream, stored: Stream) -> None:
+        """The write on ``folded`` held: ``stored`` is the header it left."""
+        self._learned(folded.is_transient)
+        if self.cache is not None:
+            self.cache.put(stored)
+
+    def refused(self, current: Stream | None) -> bool:
+        """A write refused on a conflict: was it the guess? Fold next on ``current``."""
+        guessed = self.guess is not None
+        self.guess = None
+        self.read = current
+        if guessed:
+            assert self.cache is not None
+            self._learned(False)
+            self.cache.refused(self.partition)
+        return guessed
+
+    def _learned(self, new: bool) -> None:
+        if self.unseen and self.cache is not None:
+            self.cache.guessed(new)
+            self.unseen = False
+
+    def _open(self) -> Stream:
+        """The stored header (or a new stream), and the cache told of it."""
+        stream = self.store.open(self.partition)
+        if self.cache is None:
+            return stream or Stream(self.partition)
+        if stream is None:
+            self.cache.drop(self.partition)
+            return Stream(self.partition)
+        self.cache.put(stream)
+        return stream
+
+    def _seen(self, stream: Stream) -> Stream:
+        if self.cache is not None:
+            self.cache.put(stream)
+        return stream

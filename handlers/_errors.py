@@ -1,25 +1,39 @@
-"""The errors of the consistent-messaging runtime, in one place.
+"""The errors of the consistent-messaging runtime, drawn once here::
+
+    HandlerError
+    ├── HandlerFailedError            the handler raised (the cause is its __cause__)
+    ├── NonDeterministicHandlerError  a duplicate's outputs differ from its original's
+    ├── DuplicateOutsideWindowError   older than what retention keeps (reason, sent_at,
+    │                                 watermark)
+    ├── StateTooLargeError            a new state does not fit one stored version
+    │                                 (also a ValueError)
+    └── IllegalTransitionError        a receive moved against its state machine
+                                      (also a RuntimeError)
 
 - :class:`NonDeterministicHandlerError`: a duplicate, handled again on the
   state before its original, produced other outputs than the original did.
   Nothing is published for it.
-- :class:`DuplicateOutsideWindowError`: a message is older than what
-  retention keeps, so whether it is a duplicate cannot be told (raised only
-  with ``late_duplicates="refuse"``).
-- :class:`StateTooLargeError`: a new state does not fit one table entity.
+- :class:`DuplicateOutsideWindowError`: whether a message is a duplicate can
+  no longer be told, because retention removed what would show it. Raised
+  (or reported as the outcome's error) only with ``late_duplicates="refuse"``
+  for a late message, and whenever a found duplicate's record is gone.
+- :class:`StateTooLargeError`: names the handler, the message and the size.
 - :class:`HandlerFailedError`: the handler raised; the original exception is
   its ``__cause__``.
 
-They derive from :class:`HandlerError`. Storage errors come from
-:mod:`streamstone_py`.
+Storage errors come from :mod:`streamstone_py` (its tree is drawn in
+``streamstone_py._errors``); a processor reports them as faulted outcomes.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 __all__ = [
     "DuplicateOutsideWindowError",
     "HandlerError",
     "HandlerFailedError",
+    "IllegalTransitionError",
     "NonDeterministicHandlerError",
     "StateTooLargeError",
 ]
@@ -39,18 +53,43 @@ class NonDeterministicHandlerError(HandlerError):
         )
         self.handler = handler
         self.message_id = message_id
+        self.detail = detail
 
 
 class DuplicateOutsideWindowError(HandlerError):
-    """The message is older than the de-duplication window retention keeps."""
+    """Whether the message is a duplicate cannot be told: retention removed its record.
 
-    def __init__(self, handler: str, message_id: str, sent_at: str, watermark: str) -> None:
+    ``reason`` says what is missing; ``sent_at`` (the message's ``sent_at``
+    header, a string when it could not be read) and ``watermark`` (the newest
+    ``Now`` retention removed) are given where they are known.
+    """
+
+    def __init__(
+        self,
+        handler: str,
+        message_id: str,
+        reason: str,
+        *,
+        sent_at: datetime | str | None = None,
+        watermark: datetime | None = None,
+    ) -> None:
+        known = []
+        if sent_at is not None:
+            shown = sent_at.isoformat() if isinstance(sent_at, datetime) else repr(sent_at)
+            known.append(f"sent at {shown}")
+        if watermark is not None:
+            before = "before " if known else ""
+            known.append(f"{before}the retention watermark {watermark.isoformat()}")
+        detail = f" ({', '.join(known)})" if known else ""
         super().__init__(
-            f"message {message_id!r} for handler {handler!r} was sent at {sent_at}, before "
-            f"the retention watermark {watermark}: it may be a duplicate whose record is gone"
+            f"message {message_id!r} for handler {handler!r} is outside the de-duplication "
+            f"window: {reason}{detail}; it may be a duplicate whose record is gone"
         )
         self.handler = handler
         self.message_id = message_id
+        self.reason = reason
+        self.sent_at = sent_at
+        self.watermark = watermark
 
 
 class StateTooLargeError(HandlerError, ValueError):
@@ -61,7 +100,10 @@ class StateTooLargeError(HandlerError, ValueError):
             f"state of handler {handler!r} after message {message_id!r} is {size} bytes "
             f"encoded; at most {limit} fit one stored version"
         )
+        self.handler = handler
+        self.message_id = message_id
         self.size = size
+        self.limit = limit
 
 
 class HandlerFailedError(HandlerError):
@@ -73,3 +115,7 @@ class HandlerFailedError(HandlerError):
         )
         self.handler = handler
         self.message_id = message_id
+
+
+class IllegalTransitionError(HandlerError, RuntimeError):
+    """A transition the receive state machine does not allow (e.g. a second complete)."""

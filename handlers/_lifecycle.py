@@ -18,6 +18,8 @@ import enum
 import threading
 from collections.abc import Callable
 
+from ._errors import IllegalTransitionError
+
 __all__ = ["IllegalTransitionError", "Receive", "ReceiveState"]
 
 
@@ -28,10 +30,6 @@ class ReceiveState(enum.Enum):
     ABANDONING = "abandoning"
     ABANDONED = "abandoned"
     FAULTED = "faulted"
-
-
-class IllegalTransitionError(RuntimeError):
-    """A transition the receive state machine does not allow (e.g. a second complete)."""
 
 
 class Receive:

@@ -24,7 +24,8 @@ from streamstone_py import Partition, RetryPolicy
 from streamstone_py import aio as streams
 
 from ._handler import Handler
-from ._processor import KeyState, KeyVersion, check_page_size, key_state, key_version, next_page
+from ._outcome import KeyState, KeyVersion
+from ._reading import check_page_size, key_state, key_version, next_page
 
 __all__ = ["current_state", "history"]
 

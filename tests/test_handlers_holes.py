@@ -479,6 +479,20 @@ def test_keep_last_refuses_the_duplicate_just_outside_the_window(
     (outside,) = make(table, "state").process_batch(game, [messages[3]])
     assert outside.status == "abandoned"
     assert isinstance(outside.error, DuplicateOutsideWindowError)
+    # Its id was removed with version 4: the write took it for new, found no
+    # id row, and the window read says which record is gone, with the watermark.
+    assert outside.error.reason == (
+        "its stored version or the one before it was removed by retention"
+    )
+    assert outside.error.message_id == messages[3].id
+    assert outside.error.sent_at is None
+    assert isinstance(outside.error.watermark, datetime)
+    assert str(outside.error) == (
+        f"message {messages[3].id!r} for handler 'Tally' is outside the "
+        "de-duplication window: its stored version or the one before it was removed by "
+        f"retention (the retention watermark {outside.error.watermark.isoformat()}); "
+        "it may be a duplicate whose record is gone"
+    )
     assert newest(make(table, "state"), game)[0] == 6
 
 

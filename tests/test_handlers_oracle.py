@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from azure.data.tables import TableClient
@@ -22,29 +21,11 @@ from handlers import (
     Outcome,
     Processor,
 )
-from handlers._store import StoredVersion
 from handlers.examples import shooting_range
+from handlers.testing import replay_load
 from streamstone_py import Partition, Stream, join_binary
 
 from .chaos.ledger import HANDLER, TYPES, VERSIONS, Ledger, Overdrawn, ledger, shared
-
-
-def replay_load(p: Processor[Any], key: str, message_id: str) -> tuple[Any, int, bool]:
-    """The seed's LoadState: read the stream from the start, stop at the message's own version."""
-    state = p.handler.encode_state(p.handler.initial_state())
-    version = 0
-    partition = p.store.partition(key)
-    start = 1
-    while True:
-        page = Stream.read(partition, start_version=start, slice_size=1000)
-        for event in page.events:
-            if event.id == message_id:
-                return p.handler.decode_state(state), version, True
-            state = StoredVersion.from_event(event).state
-            version = event.version
-        if page.is_end_of_stream:
-            return p.handler.decode_state(state), version, False
-        start = page.events[-1].version + 1
 
 
 def test_load_state_agrees_with_replay_on_random_histories(table: TableClient, game: str) -> None:

@@ -95,6 +95,11 @@ def test_late_duplicates_are_refused_or_processed_as_configured(
     assert refused.status == "abandoned"
     assert isinstance(refused.error, DuplicateOutsideWindowError)
     assert "before the retention watermark 2026-01-01T00:03:00+00:00" in str(refused.error)
+    assert refused.error.reason == "it was sent before retention removed the versions of its time"
+    assert refused.error.sent_at == datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
+    assert refused.error.watermark == datetime(2026, 1, 1, 0, 3, tzinfo=UTC)
+    assert (refused.error.handler, refused.error.message_id) == ("ShootingRange", old.id)
+    assert "?" not in str(refused.error)
     assert accepted.status == "completed"
 
     lenient = Processor(shooting_range, table, InMemoryPublisher(), late_duplicates="process")

@@ -259,6 +259,8 @@ def test_oversize_state_is_refused_with_a_clear_error(
     assert too_big.status == "abandoned"
     assert isinstance(too_big.error, StateTooLargeError)
     assert "after message 'm-2' is 1000" in str(too_big.error)
+    assert (too_big.error.handler, too_big.error.message_id) == ("Hoarder", "m-2")
+    assert too_big.error.limit == 1_000_000 < too_big.error.size
     assert p.load_state(game, "x").version == 1
 
 

@@ -1,0 +1,297 @@
+"""Folding a key's batch over one header: each message becomes a step, and
+each processed one a version to write.
+
+Every message meets the cases below in order, and the first that applies
+decides it:
+
+1. an earlier message of the batch failed: abandoned, to be delivered again;
+2. the handler does not take its type: abandoned;
+3. a copy of a message earlier in this batch: a duplicate of it;
+4. known to be stored (the write found it) or sent before retention's
+   watermark: replayed as a duplicate, or refused;
+5. its id cannot be a row key: abandoned;
+6. the handler fails on the newest state: if the message is stored after
+   all, replayed as a duplicate; otherwise abandoned, and the key stops;
+7. its version cannot be stored (over the table's limits): abandoned;
+8. otherwise processed: a new version, and its outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from streamstone_py import (
+    ConcurrencyConflictError,
+    DuplicateEventError,
+    EventData,
+    IncludedOperationConflictError,
+    Stream,
+    split_binary,
+)
+
+from ._codec import digest, pack
+from ._context import HandlerContext
+from ._errors import DuplicateOutsideWindowError, HandlerError, NonDeterministicHandlerError
+from ._message import Message
+from ._outcome import Found, LateDuplicates, Plan, Step
+from ._reading import header_state
+from ._replay import Replayer
+from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK
+from ._strategy import Strategy
+
+__all__ = ["Folder", "confirmed_by_write", "keep_committed"]
+
+
+class Folder:
+    """What a fold needs besides the batch: the strategy (and through it the
+    handler's runner), the clock (UTC), and the rules for late messages and
+    outputs."""
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        now: Callable[[], datetime],
+        late_duplicates: LateDuplicates,
+        check_output: Callable[[Message], None] | None,
+    ) -> None:
+        self.strategy = strategy
+        self.replayer: Replayer = strategy.replayer
+        self.handler = self.replayer.handler
+        self.now = now
+        self.late_duplicates = late_duplicates
+        self.check_output = check_output
+
+    def fold(
+        self, key: str, messages: Sequence[Message], stream: Stream, stored: dict[str, Found]
+    ) -> Plan:
+        """The batch's steps over ``stream``; ``stored`` holds what earlier
+        attempts found stored, and gains what this fold finds."""
+        return _Fold(self, key, stream, stored).run(messages)
+
+    def stored_original(self, key: str, message: Message) -> Found | None:
+        """A stored message's replay (or why it cannot be), or ``None`` if not stored.
+
+        Duplicates are found when the write fails, so a stored message that
+        the fold would abandon (a failing handler, a late message) is looked
+        up first, and replayed if it is stored.
+        """
+        if self.replayer.store.find(self.replayer.store.partition(key), message.id) is None:
+            return None
+        return self.replay_or_error(key, message)
+
+    def replay_or_error(self, key: str, message: Message) -> Found:
+        try:
+            return self.strategy.replay(key, message)
+        except HandlerError as exc:
+            return exc
+
+    def late(self, message: Message, watermark: Any) -> DuplicateOutsideWindowError | None:
+        """The refusal of a message sent before retention's watermark, if it is one."""
+        sent_at = message.headers.get("sent_at")
+        if (
+            self.late_duplicates != "refuse"
+            or sent_at is None
+            or not isinstance(watermark, datetime)
+        ):
+            return None
+        try:
+            sent = datetime.fromisoformat(sent_at)
+        except ValueError:
+            sent = None
+        name = self.handler.name
+        if sent is None or sent.tzinfo is None:
+            reason = "its sent_at header is not a time with a zone, and retention removed versions"
+            return DuplicateOutsideWindowError(
+                name, message.id, reason, sent_at=sent_at, watermark=watermark
+            )
+        if sent <= watermark:
+            reason = "it was sent before retention removed the versions of its time"
+            return DuplicateOutsideWindowError(
+                name, message.id, reason, sent_at=sent, watermark=watermark
+            )
+        return None
+
+    def event(
+        self,
+        stream: Stream,
+        message: Message,
+        context: HandlerContext,
+        state: bytes,
+        header: dict[str, Any],
+    ) -> EventData:
+        """The stored version of a processed message, checked against the table's
+        limits and against what the publisher can deliver."""
+        self._check_outputs(context.outputs)
+        encoded_outputs = pack([o.encode() for o in context.outputs])
+        properties: dict[str, Any] = {
+            "MessageType": message.type,
+            "Now": context.now(),
+            "Digest": digest(encoded_outputs),
+            ID_SCHEME: context.id_scheme,
+            **split_binary(STATE, state),
+        }
+        if context.captures:
+            properties["Captures"] = pack(context.captures)
+        event = EventData(
+            id=message.id,
+            properties=properties,
+            includes=self.strategy.includes(message.id, encoded_outputs),
+            stream_properties={**header, **split_binary(STATE, state)},
+        )
+        Stream.check_write(stream, event)
+        return event
+
+    def _check_outputs(self, outputs: Sequence[Message]) -> None:
+        seen: dict[str, Message] = {}
+        for output in outputs:
+            earlier = seen.setdefault(output.id, output)
+            if earlier is not output and earlier.encode() != output.encode():
+                raise ValueError(f"two outputs have the id {output.id!r} and different content")
+            if self.check_output is not None:
+                self.check_output(output)
+
+
+class _Fold:
+    """One batch over one header: the running state, version and steps."""
+
+    def __init__(self, folder: Folder, key: str, stream: Stream, stored: dict[str, Found]):
+        self.folder = folder
+        self.key = key
+        self.stream = stream
+        self.stored = stored
+        self.state = header_state(folder.handler, stream if not stream.is_transient else None)
+        self.watermark = stream.properties.get(WATERMARK)
+        # Retention's marks survive every write: a recorded cut may still be unfinished.
+        self.header = {
+            k: stream.properties[k] for k in (WATERMARK, RETAIN_CUT) if k in stream.properties
+        }
+        self.version = stream.version
+        self.steps: list[Step] = []
+        self.events: list[EventData] = []
+        self.seen: dict[str, Step] = {}
+        self.stopped: str | None = None
+
+    def run(self, messages: Sequence[Message]) -> Plan:
+        for message in messages:
+            self._step(message)
+        return Plan(self.steps, self.events)
+
+    def _step(self, message: Message) -> None:
+        if self.stopped is not None:
+            return self._abandon(message, HandlerError(self.stopped))
+        handler = self.folder.handler
+        if not handler.accepts(message.type):
+            reason = f"handler {handler.name!r} does not handle type {message.type!r}"
+            return self._abandon(message, HandlerError(reason))
+        earlier = self.seen.get(message.id)
+        if earlier is not None:
+            outputs = self.folder.strategy.repeated(earlier)
+            return self._add(Step(message, "duplicate", earlier.version, outputs))
+        if self._known(message):
+            return None
+        try:
+            EventData(id=message.id)  # the id must be storable as a row key
+        except ValueError as exc:
+            reason = f"message id {message.id!r} cannot be stored: {exc}"
+            return self._abandon(message, HandlerError(reason))
+        self._handle(message)
+        return None
+
+    def _known(self, message: Message) -> bool:
+        """Case 4: a message the write found stored, or a late one."""
+        found = self.stored.get(message.id)
+        late = self.folder.late(message, self.watermark) if found is None else None
+        if late is not None:
+            # Sent before the watermark: a duplicate whose record is kept is
+            # still handled as one; only a forgotten id is refused.
+            found = self.folder.stored_original(self.key, message)
+            if found is None:
+                self._abandon(message, late)
+                return True
+            self.stored[message.id] = found
+        if found is None:
+            return False
+        self._take(message, found, stop_if_nondeterministic=True)
+        return True
+
+    def _handle(self, message: Message) -> None:
+        """Cases 6 to 8: the handler on the newest state."""
+        folder = self.folder
+        context = HandlerContext(message, handler=folder.handler.name, now=folder.now())
+        try:
+            after = folder.replayer.invoke(self.state, message, context)
+        except HandlerError as exc:
+            found = folder.stored_original(self.key, message)
+            if found is None:
+                self._abandon(message, exc)
+                self.stopped = f"an earlier message of key {self.key!r} failed: {exc}"
+                return
+            self.stored[message.id] = found
+            self._take(message, found, stop_if_nondeterministic=False)
+            return
+        try:
+            event = folder.event(self.stream, message, context, after, self.header)
+        except (ValueError, TypeError) as exc:
+            # Its version cannot be stored (a capture, an id or outputs over the
+            # table's limits): the same on every delivery, so only it is dropped.
+            reason = f"message {message.id!r} cannot be stored: {exc}"
+            self._abandon(message, HandlerError(reason))
+            return
+        self.state = after
+        self.version += 1
+        self.events.append(event)
+        dispatch = folder.strategy.dispatches()
+        self._add(Step(message, "completed", self.version, context.outputs, dispatch=dispatch))
+
+    def _take(self, message: Message, found: Found, *, stop_if_nondeterministic: bool) -> None:
+        """A stored message's replay as its step (or its error, as abandoned)."""
+        if isinstance(found, Step):
+            self._add(found)
+            return
+        self.steps.append(Step(message, "abandoned", error=found))
+        if stop_if_nondeterministic and isinstance(found, NonDeterministicHandlerError):
+            self.stopped = f"an earlier message of key {self.key!r} failed: {found}"
+
+    def _add(self, step: Step) -> None:
+        self.steps.append(step)
+        self.seen[step.message.id] = step
+
+    def _abandon(self, message: Message, error: BaseException) -> None:
+        self.steps.append(Step(message, "abandoned", error=error))
+
+
+def confirmed_by_write(plan: Plan) -> bool:
+    """Whether the plan's write, if it succeeds, proves every outcome right.
+
+    A conditional write succeeds only on the header the plan folded over, so
+    completed messages (and their copies inside the batch) are right.
+    Anything else was decided without a write, on a header that may be
+    stale: an abandoned message, a duplicate of a stored one.
+    """
+    if not plan.events:
+        return False
+    done = {s.message.id for s in plan.steps if s.status == "completed"}
+    return all(
+        s.status == "completed" or (s.status == "duplicate" and s.message.id in done)
+        for s in plan.steps
+    )
+
+
+def keep_committed(
+    error: DuplicateEventError | ConcurrencyConflictError | IncludedOperationConflictError,
+    plan: Plan,
+    stored: dict[str, Found],
+) -> None:
+    """Earlier transactions of a split write committed: those messages are done.
+
+    Their header holds the state after them, so the next fold starts there
+    and reports them as completed by this call, with their outputs.
+    """
+    if error.committed is None:
+        return
+    ids = {e.id for e in error.committed.events}
+    for step in plan.steps:
+        if step.status == "completed" and step.message.id in ids:
+            stored[step.message.id] = step

@@ -1,0 +1,156 @@
+"""What a processor hands back and keeps: outcomes, states read, counters, and
+the per-message steps of a batch before they become outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Generic, Literal, TypeVar
+
+from streamstone_py import EventData
+
+from ._lifecycle import Receive, ReceiveState
+from ._message import Message
+from ._store import StoredVersion
+
+__all__ = [
+    "Dispatch",
+    "Found",
+    "KeyState",
+    "KeyVersion",
+    "LateDuplicates",
+    "LoadedState",
+    "Outcome",
+    "Plan",
+    "ProcessorStats",
+    "Status",
+    "Step",
+    "StrategyName",
+    "checked_now",
+    "outcome_of",
+    "utcnow",
+]
+
+S = TypeVar("S")
+StrategyName = Literal["state", "outbox"]
+LateDuplicates = Literal["refuse", "process"]
+Dispatch = Literal["after_publish", "by_caller"]
+Status = Literal["completed", "duplicate", "abandoned", "faulted"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedState(Generic[S]):
+    """The state a message is handled on: the newest one, or for a duplicate
+    the one from just before its original was processed."""
+
+    state: S
+    version: int
+    is_duplicate: bool
+    original: StoredVersion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyState(Generic[S]):
+    """A key's newest state, and the version that stored it (0: never written)."""
+
+    key: str
+    version: int
+    state: S
+
+
+@dataclass(frozen=True, slots=True)
+class KeyVersion(Generic[S]):
+    """One stored version of a key: the message that made it, and the state after it."""
+
+    version: int
+    message_id: str
+    message_type: str
+    now: datetime
+    state: S
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one message: its receive's final state, as a status."""
+
+    message: Message
+    status: Status
+    version: int | None
+    outputs: tuple[Message, ...] = ()
+    reason: str | None = None
+    error: BaseException | None = field(default=None, compare=False)
+
+    @property
+    def message_id(self) -> str:
+        return self.message.id
+
+
+@dataclass(slots=True)
+class ProcessorStats:
+    """Counters since the processor was made (single-threaded use per processor)."""
+
+    messages: int = 0
+    completed: int = 0
+    duplicates: int = 0
+    abandoned: int = 0
+    faulted: int = 0
+    outputs: int = 0
+    conflicts_retried: int = 0
+
+
+@dataclass(slots=True)
+class Step:
+    """One message of a batch as the fold decided it, before it is an outcome."""
+
+    message: Message
+    status: Status
+    version: int | None = None
+    outputs: tuple[Message, ...] = ()
+    error: BaseException | None = None
+    dispatch: bool = False  # outbox: outputs to mark dispatched after publishing
+
+
+@dataclass(slots=True)
+class Plan:
+    """A batch folded over one header: a step per message, and the events to write."""
+
+    steps: list[Step]
+    events: list[EventData]
+
+
+#: What a stored duplicate resolved to: its step, or why it cannot be replayed.
+Found = Step | BaseException
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def checked_now(clock: Callable[[], datetime]) -> datetime:
+    """The clock in UTC: a replay compares what the first run stored, in UTC."""
+    now = clock()
+    if not isinstance(now, datetime) or now.utcoffset() is None:
+        raise ValueError(
+            f"the processor's clock returned a naive datetime {now!r}; "
+            "give a clock with a time zone, such as lambda: datetime.now(UTC)"
+        )
+    return now.astimezone(UTC)
+
+
+def outcome_of(step: Step, fault: BaseException | None) -> Outcome:
+    """A step's outcome, through the receive state machine of its message."""
+    receive = Receive(step.message.id)
+    if fault is not None and step.status != "abandoned":
+        receive.fault(f"{type(fault).__name__}: {fault}")
+        outcome = Outcome(
+            step.message, "faulted", step.version, step.outputs, receive.reason, fault
+        )
+    elif step.status == "abandoned":
+        receive.abandon(str(step.error))
+        outcome = Outcome(step.message, "abandoned", None, (), receive.reason, step.error)
+    else:
+        receive.complete()
+        outcome = Outcome(step.message, step.status, step.version, step.outputs)
+    assert receive.state in (ReceiveState.COMPLETED, ReceiveState.ABANDONED, ReceiveState.FAULTED)
+    return outcome
