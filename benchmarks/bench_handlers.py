@@ -34,6 +34,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 
 from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
+from handlers._outcome import StrategyName
 from handlers.examples import shooting_range
 from handlers.testing import replay_load  # the seed's LoadState, the tests' oracle
 
@@ -97,12 +98,14 @@ def bench_throughput(
     table = TableClient.from_connection_string(connection_string, table_name, transport=transport)
     runs: dict[str, tuple[list[float], list[float]]] = {}
 
-    def run(name: str, strategy: str, batched: bool) -> None:
+    def run(name: str, strategy: StrategyName, batched: bool) -> None:
         rates, trips = [], []
         for _ in range(repeats):
             publisher = InMemoryPublisher()
-            p = Processor(shooting_range, table, publisher, strategy=strategy)  # type: ignore[arg-type]
-            work = {f"{name}-{uuid.uuid4().hex[:8]}-{k}": [] for k in range(keys)}
+            p = Processor(shooting_range, table, publisher, strategy=strategy)
+            work: dict[str, list[Message]] = {
+                f"{name}-{uuid.uuid4().hex[:8]}-{k}": [] for k in range(keys)
+            }
             for key in work:
                 work[key] = messages_for(key, per_key)
             before = transport.requests
@@ -126,7 +129,9 @@ def bench_throughput(
         rates, trips = [], []
         for _ in range(repeats):
             publisher = InMemoryPublisher()
-            work = {f"naive-{uuid.uuid4().hex[:8]}-{k}": [] for k in range(keys)}
+            work: dict[str, list[Message]] = {
+                f"naive-{uuid.uuid4().hex[:8]}-{k}": [] for k in range(keys)
+            }
             before = transport.requests
             start = time.perf_counter()
             for key in work:
@@ -262,7 +267,7 @@ def bench_bytes(table: TableClient, sizes: list[int], messages: int) -> None:
     """Storage per processed message: each version keeps the whole state."""
     for size in sizes:
         key = f"bytes{size}-{uuid.uuid4().hex[:8]}"
-        p = Processor(blob, table, InMemoryPublisher())
+        p: Processor[dict[str, Any]] = Processor(blob, table, InMemoryPublisher())
         work = [Message(f"{key}-{n}", key, "Grow", {"size": size}) for n in range(messages)]
         for start in range(0, messages, 10):
             p.process_batch(key, work[start : start + 10])

@@ -212,7 +212,8 @@ def task_rate(
 
 def bench_scaling(connection_string: str, total: int, repeats: int) -> None:
     for suffix, concurrency, cache in (("", 8, True), (".serial", 1, False)):
-        many, few = [], []
+        many: list[float] = []
+        few: list[float] = []
         for i in range(repeats):
             pair = [(total, 1, many), (10, total // 10, few)]
             for keys, per_key, series in pair if i % 2 == 0 else reversed(pair):
@@ -226,7 +227,8 @@ def bench_scaling(connection_string: str, total: int, repeats: int) -> None:
 
 def bench_latency(connection_string: str, keys: int, delay: float, repeats: int) -> None:
     with latency(connection_string, delay) as slow:
-        together, alone = [], []
+        together: list[float] = []
+        alone: list[float] = []
         for i in range(repeats):
             runs = [(together, 8), (alone, 1)]
             for series, concurrency in runs if i % 2 == 0 else reversed(runs):

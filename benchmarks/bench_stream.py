@@ -39,7 +39,11 @@ def _raw_rows(pk: str, events: list[EventData]) -> list[tuple[dict[str, Any], di
     """The engine's rows for these events, built by hand: (event row, id row)."""
     out = []
     for version, e in enumerate(events, start=1):
-        row = {"PartitionKey": pk, "RowKey": f"SS-SE-{version:010d}", **e.properties}
+        row: dict[str, Any] = {
+            "PartitionKey": pk,
+            "RowKey": f"SS-SE-{version:010d}",
+            **e.properties,
+        }
         row.update(Version=version, SS_Id=e.id)
         out.append((row, {"PartitionKey": pk, "RowKey": f"SS-UID-{e.id}", "Version": version}))
     return out

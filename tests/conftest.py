@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from azurite.launcher import account
+from handlers._outcome import StrategyName
 from streamstone_py import Partition
 from tests.helpers import register_raw, wait
 
@@ -49,7 +51,7 @@ def async_table(connection_string: str, table: TableClient) -> Iterator[AsyncTab
 @pytest.fixture(params=["sync", "async"])
 def client(request: pytest.FixtureRequest, table: TableClient) -> TableClient | AsyncTableClient:
     if request.param == "async":
-        return request.getfixturevalue("async_table")  # type: ignore[no-any-return]
+        return cast(AsyncTableClient, request.getfixturevalue("async_table"))
     return table
 
 
@@ -59,9 +61,9 @@ def partition(client: TableClient | AsyncTableClient) -> Partition:
 
 
 @pytest.fixture(params=["state", "outbox"])
-def strategy(request: pytest.FixtureRequest) -> str:
+def strategy(request: pytest.FixtureRequest) -> StrategyName:
     """Both consistent-messaging strategies pass the same scenarios."""
-    return str(request.param)
+    return cast(StrategyName, request.param)
 
 
 @pytest.fixture

@@ -76,7 +76,7 @@ class FaultPlan:
         raise ServiceResponseError("injected fault: the response was lost")
 
 
-class DelegatingTransport(HttpTransport):  # type: ignore[misc]
+class DelegatingTransport(HttpTransport[Any, Any]):
     """The SDK's real transport behind a ``send`` that subclasses wrap."""
 
     def __init__(self) -> None:
@@ -116,7 +116,7 @@ class FaultyTransport(DelegatingTransport):
         return response
 
 
-class AsyncFaultyTransport(AsyncHttpTransport):  # type: ignore[misc]
+class AsyncFaultyTransport(AsyncHttpTransport[Any, Any]):
     def __init__(self, plan: FaultPlan) -> None:
         self.inner = AioHttpTransport()
         self.plan = plan

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Coroutine, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from streamstone_py import EventData, Partition, Stream, aio
+from streamstone_py import (
+    EventData,
+    Partition,
+    PropertyValue,
+    Stream,
+    StreamSlice,
+    WriteResult,
+    aio,
+)
 from streamstone_py._values import from_table
 
 T = TypeVar("T")
@@ -60,7 +68,46 @@ class _Verbs:
         return call
 
 
-S: Any = _Verbs()
+class StreamVerbs(Protocol):
+    """What :data:`S` offers: the verbs of ``Stream``, with their sync signatures.
+
+    ``_Verbs`` answers every name through ``__getattr__``, which mypy cannot
+    follow; this protocol states the contract, so a test that calls a verb
+    with a wrong argument is caught, as it would be against ``Stream``.
+    """
+
+    def provision(
+        self, partition: Partition, properties: Mapping[str, PropertyValue] | None = None
+    ) -> Stream: ...
+
+    def open(self, partition: Partition) -> Stream: ...
+
+    def try_open(self, partition: Partition) -> Stream | None: ...
+
+    def exists(self, partition: Partition) -> bool: ...
+
+    def find(self, partition: Partition, event_id: str) -> int | None: ...
+
+    def write(
+        self,
+        target: Stream | Partition,
+        *events: EventData,
+        expected_version: int | None = None,
+        track_changes: bool = True,
+    ) -> WriteResult: ...
+
+    def read(
+        self, partition: Partition, start_version: int = 1, slice_size: int = 1000
+    ) -> StreamSlice: ...
+
+    def set_properties(self, stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream: ...
+
+    def truncate(self, stream: Stream, before_version: int, *, batch_size: int = 100) -> Stream: ...
+
+    def delete(self, target: Stream | Partition, *, batch_size: int = 100) -> None: ...
+
+
+S = cast(StreamVerbs, _Verbs())
 
 
 def rows(partition: Partition) -> dict[str, dict[str, Any]]:
@@ -74,7 +121,7 @@ def rows(partition: Partition) -> dict[str, dict[str, Any]]:
     }
 
 
-def snapshot(partition: Partition) -> dict[str, tuple[dict[str, Any], str]]:
+def snapshot(partition: Partition) -> dict[str, tuple[dict[str, Any], str | None]]:
     """Rows with their ETags, to prove a failed write changed nothing at all."""
     found = raw(partition).query_entities(
         "PartitionKey eq @pk", parameters={"pk": partition.partition_key}
@@ -85,4 +132,4 @@ def snapshot(partition: Partition) -> dict[str, tuple[dict[str, Any], str]]:
 def write_events(partition: Partition, count: int) -> Stream:
     """A new stream of ``count`` events with ids e1... and a property N = version."""
     events = [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, count + 1)]
-    return S.write(Stream(partition), *events).stream  # type: ignore[no-any-return]
+    return S.write(Stream(partition), *events).stream

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from azure.data.tables import TableClient
@@ -53,6 +53,8 @@ from streamstone_py import (
 from streamstone_py._protocol import Done, _execute, advance
 from streamstone_py._values import from_table
 from tests.faults import FaultPlan, FaultyTransport
+
+E = TypeVar("E", bound=BaseException)
 
 #: Steps of the on-demand long run (0: the suite's budget).
 LONG_STEPS = int(os.environ.get("STREAMSTONE_MODEL_STEPS", "0"))
@@ -122,7 +124,7 @@ def normal_rows(found: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {k: {n: normal(v) for n, v in row.items()} for k, row in found.items()}
 
 
-def raises(expected: type[BaseException], call: Callable[[], Any]) -> BaseException:
+def raises(expected: type[E], call: Callable[[], Any]) -> E:
     """Run ``call``; it must raise exactly ``expected`` (not a subclass, not a base)."""
     try:
         call()
@@ -295,7 +297,9 @@ class EngineMachine(RuleBasedStateMachine):
     def draw_events(self, data: st.DataObject) -> tuple[list[EventData], bool]:
         """Events to write, and whether they hold an id twice (refused before sending)."""
         if data.draw(st.integers(0, 15)) == 0:  # a write split over two transactions
-            draws = [(f"big{next(self.big)}", {"Seq": next(self.seq)}, False) for _ in range(55)]
+            draws: list[tuple[str | None, dict[str, Any], bool]] = [
+                (f"big{next(self.big)}", {"Seq": next(self.seq)}, False) for _ in range(55)
+            ]
             return self.build_events(draws, []), False
         count = data.draw(st.integers(1, 3))
         draws = [
@@ -417,7 +421,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.arm(fault)
         if not s.live:
             error = raises(StreamNotFoundError, lambda: Stream.open(self.parts[i]))
-            assert error.deleting is s.deleting  # type: ignore[attr-defined]
+            assert error.deleting is s.deleting
             assert Stream.try_open(self.parts[i]) is None
             self.held[i] = (Stream(self.parts[i]), None)  # nothing there: the next write creates
             return

@@ -15,6 +15,7 @@ import pytest
 from azure.data.tables import TableClient
 
 from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
+from handlers._outcome import StrategyName
 from tests.faults import FaultPlan, FaultyTransport
 from tests.test_handlers_holes import account, adds, faulty_client, history, one_by_one, tally
 
@@ -27,14 +28,14 @@ def counted(connection_string: str, table: TableClient) -> tuple[TableClient, Fa
 
 def cached(
     client: TableClient,
-    strategy: str,
+    strategy: StrategyName,
     cache: HeaderCache | None,
     publisher: InMemoryPublisher | None = None,
     h: Any = tally,
 ) -> Processor[Any]:
     # by_caller: the outbox strategy then sends nothing after the write either.
     return Processor(
-        h, client, publisher or InMemoryPublisher(), strategy=strategy,  # type: ignore[arg-type]
+        h, client, publisher or InMemoryPublisher(), strategy=strategy,
         cache=cache, dispatch="by_caller",
     )  # fmt: skip
 
@@ -44,7 +45,7 @@ def outputs(outcomes: Sequence[Outcome]) -> list[list[tuple[str, Any]]]:
 
 
 def test_one_request_per_batch_for_new_keys_and_for_revisited_keys(
-    connection_string: str, table: TableClient, strategy: str, game: str
+    connection_string: str, table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     keys = [f"{game}-{n}" for n in range(5)]
     runs: dict[str, list[Outcome]] = {}
@@ -75,7 +76,7 @@ def test_one_request_per_batch_for_new_keys_and_for_revisited_keys(
 
 
 def test_a_rival_write_makes_the_cached_header_stale_and_nothing_is_lost(
-    connection_string: str, table: TableClient, strategy: str, game: str
+    connection_string: str, table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     # Two workers with their own caches take turns on one key: each turn finds
     # its cached header stale, and must neither lose nor repeat a message.
@@ -102,7 +103,7 @@ def test_a_rival_write_makes_the_cached_header_stale_and_nothing_is_lost(
 
 
 def test_a_handler_error_on_a_stale_cached_state_is_decided_on_the_stored_state(
-    connection_string: str, table: TableClient, strategy: str, game: str
+    connection_string: str, table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     client, _ = counted(connection_string, table)
     cache = HeaderCache()
@@ -130,7 +131,7 @@ def test_a_handler_error_on_a_stale_cached_state_is_decided_on_the_stored_state(
 
 
 def test_a_duplicate_with_a_warm_cache_yields_its_original_outputs(
-    connection_string: str, table: TableClient, strategy: str, game: str
+    connection_string: str, table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     client, _ = counted(connection_string, table)
     p = cached(client, strategy, HeaderCache())
@@ -182,7 +183,7 @@ def test_guessing_new_streams_stops_over_existing_keys_and_resumes_for_new_ones(
 
 
 def test_retain_drops_the_cached_header_it_changes(
-    connection_string: str, table: TableClient, strategy: str, game: str
+    connection_string: str, table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     client, plan = counted(connection_string, table)
     cache = HeaderCache()

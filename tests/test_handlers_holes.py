@@ -29,6 +29,7 @@ from handlers import (
     handler,
 )
 from handlers._codec import digest, pack
+from handlers._outcome import StrategyName
 from handlers._store import StoredVersion
 from streamstone_py import Partition, Stream
 from tests.faults import Crash, CrashingTransport, FaultPlan, FaultyTransport
@@ -99,9 +100,12 @@ def adds(key: str, ids: Sequence[str]) -> list[Message]:
 
 
 def make(
-    table: TableClient, strategy: str, publisher: InMemoryPublisher | None = None, h: Any = tally
+    table: TableClient,
+    strategy: StrategyName,
+    publisher: InMemoryPublisher | None = None,
+    h: Any = tally,
 ) -> Processor[Any]:
-    return Processor(h, table, publisher or InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+    return Processor(h, table, publisher or InMemoryPublisher(), strategy=strategy)
 
 
 def history(p: Processor[Any], key: str) -> list[tuple[int, str, Any]]:
@@ -120,7 +124,11 @@ def newest(p: Processor[Any], key: str) -> tuple[int, Any]:
 
 
 def one_by_one(
-    table: TableClient, strategy: str, key: str, messages: Sequence[Message], h: Any = tally
+    table: TableClient,
+    strategy: StrategyName,
+    key: str,
+    messages: Sequence[Message],
+    h: Any = tally,
 ) -> tuple[Processor[Any], InMemoryPublisher]:
     """The reference: each message alone, in order, on a clean key."""
     publisher = InMemoryPublisher()
@@ -145,7 +153,7 @@ def faulty_client(connection_string: str, table: TableClient, transport: Any) ->
 
 
 def test_split_batch_that_meets_a_stored_duplicate_applies_each_message_once(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     publisher = InMemoryPublisher()
     p = make(table, strategy, publisher)
@@ -167,7 +175,7 @@ def test_split_batch_that_meets_a_stored_duplicate_applies_each_message_once(
 
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_crash_between_the_transactions_of_a_batch_then_redelivery(
-    table: TableClient, connection_string: str, strategy: str, game: str, when: str
+    table: TableClient, connection_string: str, strategy: StrategyName, game: str, when: str
 ) -> None:
     ids = [f"m{i:03d}" for i in range(1, 121)]  # three transactions under both strategies
     transport = CrashingTransport(at=2, when=when, method="POST", url_part="$batch")
@@ -198,7 +206,7 @@ def test_crash_between_the_transactions_of_a_batch_then_redelivery(
 
 
 def test_rival_write_between_the_transactions_of_a_batch(
-    table: TableClient, connection_string: str, strategy: str, game: str
+    table: TableClient, connection_string: str, strategy: StrategyName, game: str
 ) -> None:
     ids = [f"m{i:03d}" for i in range(1, 61)]
 
@@ -235,7 +243,7 @@ class DiesBeforePublishing(InMemoryPublisher):
 
 
 def test_stored_duplicate_that_would_fail_on_the_newest_state_is_replayed(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     deposit = Message("d1", game, "Deposit", {"amount": 100})
     withdraw = Message("w1", game, "Withdraw", {"amount": 100})
@@ -264,7 +272,7 @@ def test_stored_duplicate_that_would_fail_on_the_newest_state_is_replayed(
 
 
 def test_duplicates_of_messages_handled_before_a_state_class_change_still_replay(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     first = make(table, strategy, h=account)
     old = [Message(f"d{i}", game, "Deposit", {"amount": 10 * i}) for i in (1, 2)]
@@ -290,7 +298,7 @@ def test_duplicates_of_messages_handled_before_a_state_class_change_still_replay
 # --- 4. and 5. retention: interrupted, and undispatched outbox rows --------------
 
 
-def fill(table: TableClient, strategy: str, key: str, count: int) -> list[Message]:
+def fill(table: TableClient, strategy: StrategyName, key: str, count: int) -> list[Message]:
     messages = adds(key, [f"m{i:02d}" for i in range(1, count + 1)])
     make(table, strategy).process_batch(key, messages)
     return messages
@@ -300,7 +308,7 @@ def row_keys(table: TableClient, key: str) -> list[str]:
     return sorted(rows(Partition(table, key)))
 
 
-def expected_rows(strategy: str, kept: Sequence[int], ids: Sequence[str]) -> list[str]:
+def expected_rows(strategy: StrategyName, kept: Sequence[int], ids: Sequence[str]) -> list[str]:
     found = ["Tally|SS-HEAD"]
     for v in kept:
         found += [f"Tally|SS-SE-{v:010d}", f"Tally|SS-UID-{ids[v - 1]}"]
@@ -314,7 +322,7 @@ def expected_rows(strategy: str, kept: Sequence[int], ids: Sequence[str]) -> lis
 REQUESTS = {"state": 7, "outbox": 9}
 
 
-def window(strategy: str, keep_last: int) -> range:
+def window(strategy: StrategyName, keep_last: int) -> range:
     """The versions of a 10-version stream that ``retain(keep_last=...)`` keeps: the
     state strategy also keeps the version before them, whose state the oldest
     answered duplicate is replayed on."""
@@ -327,7 +335,7 @@ def window(strategy: str, keep_last: int) -> range:
 def test_retain_interrupted_at_any_request_is_finished_by_the_next_call(
     table: TableClient,
     connection_string: str,
-    strategy: str,
+    strategy: StrategyName,
     game: str,
     at: int,
     when: str,
@@ -387,7 +395,7 @@ def test_a_write_between_an_interrupted_retain_and_the_next_keeps_the_recorded_c
 
 
 def test_the_interruption_points_cover_every_request_of_retain(
-    table: TableClient, connection_string: str, strategy: str, game: str
+    table: TableClient, connection_string: str, strategy: StrategyName, game: str
 ) -> None:
     fill(table, strategy, game, 10)
     counter = CrashingTransport(at=0)  # never crashes: counts the requests
@@ -415,7 +423,9 @@ def test_an_orphaned_outbox_row_makes_its_message_a_duplicate_not_a_fault(
 class SkipsMarking(StateStore):
     """A worker that died right after publishing, before marking its outputs dispatched."""
 
-    def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
+    def mark_dispatched(
+        self, partition: Partition, message_ids: Sequence[str], *, keep_outputs: bool = False
+    ) -> None:
         raise Crash("before marking dispatched")
 
 
@@ -452,7 +462,7 @@ def test_retention_keeps_outbox_versions_that_were_never_dispatched(
 
 @pytest.mark.parametrize("keep", [1, 2, 3])
 def test_keep_last_n_answers_the_duplicates_of_the_last_n_messages(
-    table: TableClient, strategy: str, game: str, keep: int
+    table: TableClient, strategy: StrategyName, game: str, keep: int
 ) -> None:
     messages = fill(table, strategy, game, 6)
     make(table, strategy).retain(game, keep_last=keep)
@@ -524,7 +534,7 @@ POISON = [
     ids=[f"{s}-{t}-{len(i)}" for s, i, t, _ in POISON],
 )
 def test_a_poison_message_is_abandoned_alone(
-    table: TableClient, game: str, strategy: str, message_id: str, type: str, reason: str
+    table: TableClient, game: str, strategy: StrategyName, message_id: str, type: str, reason: str
 ) -> None:
     # capture over 64 KiB, outbox outputs over 1 MiB, an outbox row key that is
     # reserved for stream rows, and an id row key over 1 KiB
@@ -543,7 +553,7 @@ def test_a_poison_message_is_abandoned_alone(
 
 
 def test_the_same_message_id_on_two_keys_gives_different_output_ids(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     p = make(table, strategy)
     one = p.process(Message("m-1", game + "-a", "Add", {}))
@@ -575,7 +585,9 @@ def test_a_clock_in_another_time_zone_gives_replays_the_same_instant(
     assert first.outputs[0].body == {"at": "2026-05-01T12:30:00+00:00"}
     assert (again.status, again.outputs) == ("duplicate", first.outputs)
 
-    naive = Processor(stamp, table, InMemoryPublisher(), clock=lambda: datetime(2026, 5, 1))
+    naive: Processor[dict[str, Any]] = Processor(
+        stamp, table, InMemoryPublisher(), clock=lambda: datetime(2026, 5, 1)
+    )
     with pytest.raises(ValueError, match="clock returned a naive datetime"):
         naive.process(Message("s2", game, "Stamp"))
 
@@ -632,11 +644,13 @@ def emitter(state: dict[str, Any], message: Message, ctx: HandlerContext) -> Non
     ids=["slash-in-key", "control-in-key", "id-over-1KiB", "body-over-64KiB", "same-id-twice"],
 )
 def test_an_output_the_table_publisher_cannot_hold_abandons_its_message_alone(
-    table: TableClient, strategy: str, game: str, spec: dict[str, Any], reason: str
+    table: TableClient, strategy: StrategyName, game: str, spec: dict[str, Any], reason: str
 ) -> None:
     from handlers import TablePublisher
 
-    p = Processor(emitter, table, TablePublisher(table), strategy=strategy)  # type: ignore[arg-type]
+    p: Processor[dict[str, Any]] = Processor(
+        emitter, table, TablePublisher(table), strategy=strategy
+    )
     batch = [
         Message("a", game, "Emit", {"key": game + "-out"}),
         Message("bad", game, "Emit", spec),
@@ -690,7 +704,7 @@ async def _aio_read(
 
 
 def test_current_state_and_history_of_a_key(
-    table: TableClient, async_table: AsyncTableClient, strategy: str, game: str
+    table: TableClient, async_table: AsyncTableClient, strategy: StrategyName, game: str
 ) -> None:
     p = make(table, strategy)
     assert (p.current_state(game).version, vars(p.current_state(game).state)) == (

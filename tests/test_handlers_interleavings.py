@@ -22,6 +22,7 @@ import pytest
 from azure.data.tables import TableClient
 
 from handlers import HeaderCache, InMemoryPublisher, Message, Processor, StateStore
+from handlers._outcome import StrategyName
 from handlers.examples import shooting_range
 from streamstone_py import RetryPolicy, Stream
 
@@ -105,21 +106,23 @@ class GatedStore(StateStore):
         self._gate()
         return super().outbox(partition, message_id)
 
-    def mark_dispatched(self, partition: Any, message_ids: Any) -> None:
+    def mark_dispatched(
+        self, partition: Any, message_ids: Any, *, keep_outputs: bool = False
+    ) -> None:
         self._gate()
-        super().mark_dispatched(partition, message_ids)
+        super().mark_dispatched(partition, message_ids, keep_outputs=keep_outputs)
 
 
 def run_schedule(
     table: TableClient,
-    strategy: str,
+    strategy: StrategyName,
     key: str,
     bits: tuple[int, ...],
     both: bool = False,
     cached: bool = False,
 ) -> tuple[int, ...]:
     publisher = InMemoryPublisher()
-    setup = Processor(shooting_range, table, publisher, strategy=strategy)  # type: ignore[arg-type]
+    setup = Processor(shooting_range, table, publisher, strategy=strategy)
     setup.process(Message(f"{key}-round", key, "StartNewRound"))
     target = setup.load_state(key, "x").state.target_position
     first = Message(f"{key}-m1", key, "FireAt", {"position": target})
@@ -132,7 +135,7 @@ def run_schedule(
         store = GatedStore(table, lambda: turnstile.gate(index))
         # With a cache, each worker has its own, as separate Spark workers do.
         cache = HeaderCache() if cached else None
-        p = Processor(shooting_range, table, publisher, strategy=strategy, retry=FAST,  # type: ignore[arg-type]
+        p = Processor(shooting_range, table, publisher, strategy=strategy, retry=FAST,
                       store=store, cache=cache)  # fmt: skip
         try:
             for message in messages:
@@ -167,7 +170,7 @@ def run_schedule(
 
 def explore(
     table: TableClient,
-    strategy: str,
+    strategy: StrategyName,
     game: str,
     both: bool = False,
     cached: bool = False,
@@ -186,7 +189,7 @@ def explore(
             key = f"{game}-{strategy[0]}{next(names)}"
             return pool.submit(run_schedule, table, strategy, key, prefix, both, cached)
 
-        pending = {start(()): ()}
+        pending: dict[Future[tuple[int, ...]], tuple[int, ...]] = {start(()): ()}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
@@ -212,7 +215,7 @@ def explore(
     ids=["state", "outbox", "state-cached", "outbox-cached"],
 )
 def test_every_interleaving_of_two_workers(
-    table: TableClient, game: str, strategy: str, both: bool, cached: bool, expected: int
+    table: TableClient, game: str, strategy: StrategyName, both: bool, cached: bool, expected: int
 ) -> None:
     # The count pins the size of the tree: a change to the processor's storage
     # calls changes it, and this test should then be looked at again. With a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from azure.data.tables import TableClient
@@ -21,6 +22,7 @@ from handlers import (
     Outcome,
     Processor,
 )
+from handlers._outcome import StrategyName
 from handlers.examples import shooting_range
 from handlers.testing import replay_load
 from streamstone_py import Partition, Stream, join_binary
@@ -66,7 +68,9 @@ class _Reference:
     #: duplicates whose handler would raise on the newest state (issue 11, case 2)
     failing_duplicates: int = 0
 
-    def expect(self, batch: list[Message], strategy: str, now: datetime) -> list[_Expected]:
+    def expect(
+        self, batch: list[Message], strategy: StrategyName, now: datetime
+    ) -> list[_Expected]:
         """What ``process_batch`` must answer, message by message; applies the new ones."""
         expected: list[_Expected] = []
         stopped = False
@@ -114,7 +118,7 @@ class _Reference:
 _Expected = tuple[str, int | None, tuple[Message, ...], bool]
 
 
-def _check(outcomes: list[Outcome], expected: list[_Expected], strategy: str) -> None:
+def _check(outcomes: list[Outcome], expected: list[_Expected], strategy: StrategyName) -> None:
     for outcome, (status, version, outputs, optional) in zip(outcomes, expected, strict=True):
         if optional and outcome.status == "abandoned":
             assert isinstance(outcome.error, DuplicateOutsideWindowError), outcome
@@ -131,7 +135,7 @@ def _check(outcomes: list[Outcome], expected: list[_Expected], strategy: str) ->
 @pytest.mark.parametrize("cached", [False, True], ids=["read", "cached"])
 @pytest.mark.parametrize("strategy", ["state", "outbox"])
 def test_long_batches_retention_and_evolution_agree_with_the_serial_run(
-    table: TableClient, game: str, strategy: str, cached: bool
+    table: TableClient, game: str, strategy: StrategyName, cached: bool
 ) -> None:
     rng = random.Random(f"20261123/{strategy}")
     key = f"{game}-{strategy}"
@@ -142,8 +146,8 @@ def test_long_batches_retention_and_evolution_agree_with_the_serial_run(
     def now() -> datetime:
         return clock[0]
 
-    processors = {
-        v: Processor(h, table, InMemoryPublisher(), strategy=strategy, clock=now, cache=cache)  # type: ignore[arg-type]
+    processors: dict[int, Processor[Any]] = {
+        v: Processor(h, table, InMemoryPublisher(), strategy=strategy, clock=now, cache=cache)
         for v, h in VERSIONS.items()
     }
     reference = _Reference()

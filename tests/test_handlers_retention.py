@@ -9,6 +9,7 @@ import pytest
 from azure.data.tables import TableClient
 
 from handlers import DuplicateOutsideWindowError, InMemoryPublisher, Message, Processor
+from handlers._outcome import StrategyName
 from handlers.examples import shooting_range
 from streamstone_py import Stream
 from tests.helpers import rows
@@ -24,12 +25,12 @@ class Clock:
 
 
 def fill(
-    table: TableClient, strategy: str, key: str, count: int, **kwargs: Any
+    table: TableClient, strategy: StrategyName, key: str, count: int, **kwargs: Any
 ) -> tuple[Processor[Any], list[Message]]:
     clock = Clock()
     p = Processor(
         shooting_range, table, InMemoryPublisher(), strategy=strategy, clock=clock, **kwargs
-    )  # type: ignore[arg-type]
+    )
     messages = [Message("round", key, "StartNewRound")]
     messages += [Message(f"shot-{n}", key, "FireAt", {"position": n}) for n in range(1, count)]
     p.process_batch(key, messages)
@@ -37,7 +38,7 @@ def fill(
 
 
 def test_keep_last_removes_older_versions_and_keeps_the_state(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     p, messages = fill(table, strategy, game, 10)
     newest = p.load_state(game, "x")
@@ -60,7 +61,7 @@ def test_keep_last_removes_older_versions_and_keeps_the_state(
 
 
 def test_older_than_removes_by_the_time_of_first_processing(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     p, messages = fill(table, strategy, game, 10)  # processed at minutes 1..10 of the clock
     p.clock = lambda: datetime(2026, 1, 1, 0, 10, 30, tzinfo=UTC)

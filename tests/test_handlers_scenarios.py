@@ -19,6 +19,7 @@ from handlers import (
     TablePublisher,
     handler,
 )
+from handlers._outcome import StrategyName
 from handlers.examples import MAX_ATTEMPTS, LeaderBoard, leader_board, shooting_range
 from streamstone_py import Stream
 
@@ -34,9 +35,9 @@ def start(game: str, n: int) -> Message:
 
 
 def processor(
-    table: TableClient, strategy: str, publisher: Any = None, h: Any = shooting_range
+    table: TableClient, strategy: StrategyName, publisher: Any = None, h: Any = shooting_range
 ) -> Processor[Any]:
-    return Processor(h, table, publisher or InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+    return Processor(h, table, publisher or InMemoryPublisher(), strategy=strategy)
 
 
 def count_store_calls(p: Processor[Any]) -> list[str]:
@@ -58,7 +59,7 @@ def target_of(p: Processor[Any], game: str) -> int:
 
 
 def test_two_concurrent_copies_of_one_fire_at_give_one_hit(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     publisher = InMemoryPublisher()
     setup = processor(table, strategy, publisher)
@@ -87,7 +88,7 @@ def test_two_concurrent_copies_of_one_fire_at_give_one_hit(
 
 
 def test_late_duplicate_after_the_target_moved_gives_the_first_output(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     publisher = InMemoryPublisher()
     p = processor(table, strategy, publisher)
@@ -126,7 +127,7 @@ def test_late_duplicate_after_the_target_moved_gives_the_first_output(
 
 
 def test_duplicate_concurrent_mixes_of_fire_at_and_start_new_round(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     publisher = InMemoryPublisher()
     messages = [start(game, 1)] + [fire(game, n, n % 7) for n in range(1, 9)] + [start(game, 2)]
@@ -160,7 +161,7 @@ def test_duplicate_concurrent_mixes_of_fire_at_and_start_new_round(
 
 
 def test_downstream_duplicate_at_the_leader_board(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     hits = InMemoryPublisher()
     range_processor = processor(table, strategy, hits)
@@ -186,7 +187,7 @@ def test_downstream_duplicate_at_the_leader_board(
 
 
 def test_batch_gives_the_same_states_and_outputs_as_one_by_one(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     messages = [start(game, 1)] + [fire(game, n, n % 3 * 40) for n in range(1, 12)]
     messages.insert(5, messages[3])  # a duplicate inside the batch
@@ -208,7 +209,9 @@ def test_batch_gives_the_same_states_and_outputs_as_one_by_one(
     assert strip(one_by_one.deliveries) == strip(batched.deliveries)
 
 
-def test_batch_costs_one_read_and_one_write(table: TableClient, strategy: str, game: str) -> None:
+def test_batch_costs_one_read_and_one_write(
+    table: TableClient, strategy: StrategyName, game: str
+) -> None:
     p = processor(table, strategy)
     calls = count_store_calls(p)
     p.process_batch(game, [start(game, 1)] + [fire(game, n, n) for n in range(1, 20)])
@@ -222,12 +225,12 @@ def test_non_deterministic_handler_is_detected_and_publishes_nothing(
     import uuid as uuid_module
 
     @handler("Sloppy")
-    def sloppy(state: dict, message: Message, ctx: Any) -> None:
+    def sloppy(state: dict[str, Any], message: Message, ctx: Any) -> None:
         ctx.publish("Done", {"token": str(uuid_module.uuid4())})  # not from the context
         state["n"] = state.get("n", 0) + 1
 
     publisher = InMemoryPublisher()
-    p = Processor(sloppy, table, publisher)
+    p: Processor[dict[str, Any]] = Processor(sloppy, table, publisher)
     message = Message("m-1", game, "Do")
     p.process(message)
     delivered = list(publisher.deliveries)
@@ -239,19 +242,19 @@ def test_non_deterministic_handler_is_detected_and_publishes_nothing(
 
     assert publisher.deliveries == delivered
     # The outbox strategy replays stored outputs, so the same handler is fine there.
-    outbox = Processor(sloppy, table, publisher, strategy="outbox")
+    outbox: Processor[dict[str, Any]] = Processor(sloppy, table, publisher, strategy="outbox")
     outbox.process(Message("m-1", game + "-o", "Do"))
     assert outbox.process(Message("m-1", game + "-o", "Do")).status == "duplicate"
 
 
 def test_oversize_state_is_refused_with_a_clear_error(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     @handler("Hoarder")
-    def hoarder(state: dict, message: Message, ctx: Any) -> None:
+    def hoarder(state: dict[str, Any], message: Message, ctx: Any) -> None:
         state["blob"] = b"x" * message.body["size"]
 
-    p = Processor(hoarder, table, InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+    p: Processor[dict[str, Any]] = Processor(hoarder, table, InMemoryPublisher(), strategy=strategy)
     fits = p.process(Message("m-1", game, "Grow", {"size": 900_000}))
     too_big = p.process(Message("m-2", game, "Grow", {"size": 1_000_001}))
 
@@ -265,7 +268,7 @@ def test_oversize_state_is_refused_with_a_clear_error(
 
 
 def test_handler_error_abandons_the_rest_of_the_key(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     @dataclass
     class Counter:
@@ -277,7 +280,7 @@ def test_handler_error_abandons_the_rest_of_the_key(
             raise RuntimeError("cannot handle boom")
         state.n += 1
 
-    p = Processor(fragile, table, InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+    p = Processor(fragile, table, InMemoryPublisher(), strategy=strategy)
     outcomes = p.process_batch(
         game, [Message(f"m{i}", game, "T", b) for i, b in enumerate(["ok", "boom", "ok"])]
     )
@@ -289,7 +292,9 @@ def test_handler_error_abandons_the_rest_of_the_key(
     assert p.process_batch(game, [Message("m2", game, "T", "ok")])[0].status == "completed"
 
 
-def test_unknown_types_are_abandoned_alone(table: TableClient, strategy: str, game: str) -> None:
+def test_unknown_types_are_abandoned_alone(
+    table: TableClient, strategy: StrategyName, game: str
+) -> None:
     p = processor(table, strategy)
     outcomes = p.process_batch(
         game, [start(game, 1), Message("x", game, "Teleport"), fire(game, 1, 5)]
@@ -318,13 +323,15 @@ def test_table_publisher_is_idempotent(table: TableClient, service: Any, game: s
 
 
 def test_a_message_that_changes_nothing_is_still_recorded(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     @handler("Observer")
-    def observer(state: dict, message: Message, ctx: Any) -> None:
+    def observer(state: dict[str, Any], message: Message, ctx: Any) -> None:
         return None  # looks, changes nothing, publishes nothing
 
-    p = Processor(observer, table, InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+    p: Processor[dict[str, Any]] = Processor(
+        observer, table, InMemoryPublisher(), strategy=strategy
+    )
     assert p.process(Message("look-1", game, "Look")).status == "completed"
     assert p.load_state(game, "x").version == 1
     assert p.load_state(game, "look-1").is_duplicate
@@ -342,7 +349,7 @@ def test_load_state_makes_at_most_two_storage_calls(table: TableClient, game: st
 
 
 def test_a_message_id_the_table_cannot_store_is_abandoned_alone(
-    table: TableClient, strategy: str, game: str
+    table: TableClient, strategy: StrategyName, game: str
 ) -> None:
     p = processor(table, strategy)
     bad = Message("shot/with#bad?chars", game, "FireAt", {"position": 1})

@@ -137,7 +137,7 @@ def test_deeply_nested_and_huge_bodies(table: TableClient) -> None:
     huge = Message("m", "k-" + uuid.uuid4().hex, "Grow", {"blob": "x" * 2_000_000})
 
     @handler("Keeper")
-    def keeper(state: dict, message: Message, ctx: Any) -> None:
+    def keeper(state: dict[str, Any], message: Message, ctx: Any) -> None:
         state["last"] = message.body["blob"]
 
     outcome = Processor(keeper, table, InMemoryPublisher()).process(huge)
@@ -153,10 +153,10 @@ def test_states_around_every_limit_are_stored_exactly_or_refused(
     table: TableClient, size: int
 ) -> None:
     @handler("Sized")
-    def sized(state: dict, message: Message, ctx: Any) -> None:
+    def sized(state: dict[str, Any], message: Message, ctx: Any) -> None:
         state["blob"] = b"\xab" * message.body
 
-    processor = Processor(sized, table, InMemoryPublisher())
+    processor: Processor[dict[str, Any]] = Processor(sized, table, InMemoryPublisher())
     key = "s-" + uuid.uuid4().hex
     outcome = processor.process(Message("m", key, "Set", size))
     if outcome.status == "completed":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,9 +23,10 @@ KINDS = ["insert", "replace", "delete", "insert_or_merge", "insert_or_replace"]
 
 def make(kind: str, **props: Any) -> Include:
     entity = {"RowKey": "row", **props}
+    build: Callable[..., Include] = getattr(Include, kind)
     if kind in ("replace", "delete"):
-        return getattr(Include, kind)(entity, etag="*")
-    return getattr(Include, kind)(entity)
+        return build(entity, etag="*")
+    return build(entity)
 
 
 # (first, second) -> the folded operation and its properties, or None when nothing is left.

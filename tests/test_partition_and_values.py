@@ -88,7 +88,7 @@ def test_partition_repr_and_immutability(table: TableClient) -> None:
     assert repr(partition) == f"Partition(table={table.table_name!r}, key='k')"
     assert str(partition) == f"{table.table_name}.k"
     with pytest.raises(AttributeError):
-        partition.partition_key = "other"  # type: ignore[misc]
+        partition.partition_key = "other"
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from streamstone_py import (
     ConcurrencyConflictError,
     EventData,
     Partition,
+    PropertyValue,
     Stream,
     StreamNotFoundError,
     aio,
@@ -43,7 +44,7 @@ def test_provision_existing_stream_conflicts_and_leaves_it(partition: Partition)
 
 
 def test_provision_round_trips_properties_of_every_type(partition: Partition) -> None:
-    properties = {
+    properties: dict[str, PropertyValue] = {
         "Text": "héllo ✓",
         "Small": 7,
         "Large": 2**40,
@@ -148,7 +149,7 @@ def test_reserved_stream_property_names_are_refused(partition: Partition, name: 
 def test_stream_header_is_immutable(partition: Partition) -> None:
     stream = Stream(partition, {"A": 1})
     with pytest.raises(AttributeError):
-        stream.version = 3  # type: ignore[misc]
+        stream.version = 3
     with pytest.raises(TypeError):
         stream.properties["A"] = 2  # type: ignore[index]
     assert stream.is_transient

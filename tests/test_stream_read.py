@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from streamstone_py import (
@@ -107,21 +108,23 @@ def _read_with_a_write_between(
     def rival() -> None:
         Stream.write(writer, EventData(id="late", properties={"N": 99}))
 
+    # The sync executor drives the steps, so the partition holds a sync client.
+    table = cast(TableClient, partition.table)
     if query_first:
-        rows = _execute(partition.table, query)
+        rows = _execute(table, query)
         rival()
-        header = _execute(partition.table, get)
+        header = _execute(table, get)
     else:
-        header = _execute(partition.table, get)
+        header = _execute(table, get)
         rival()
-        rows = _execute(partition.table, query)
+        rows = _execute(table, query)
     result: Any = [header, rows]
     while True:
         try:
             follow_up = steps.send(result)
         except StopIteration as done:
             return done.value
-        result = _execute(partition.table, follow_up)
+        result = _execute(table, follow_up)
 
 
 def test_events_committed_between_query_and_header_are_fetched(table: Any) -> None:

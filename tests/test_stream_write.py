@@ -11,6 +11,7 @@ from streamstone_py import (
     DuplicateEventError,
     EventData,
     Partition,
+    PropertyValue,
     RecordedEvent,
     Stream,
     StreamNotFoundError,
@@ -18,7 +19,7 @@ from streamstone_py import (
 from tests.helpers import S, raw, rows, snapshot
 
 
-def event(id: str, **properties: object) -> EventData:
+def event(id: str, **properties: PropertyValue) -> EventData:
     return EventData(id=id, properties={"Type": "Tested", **properties})
 
 
@@ -207,7 +208,7 @@ def test_expected_version_of_missing_stream_is_not_found(partition: Partition) -
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
 def test_expected_version_must_be_a_non_negative_int(partition: Partition, bad: object) -> None:
     with pytest.raises((ValueError, TypeError), match="expected_version"):
-        S.write(partition, event("e1"), expected_version=bad)  # type: ignore[arg-type]
+        S.write(partition, event("e1"), expected_version=bad)  # type: ignore[arg-type]  # the point
 
 
 def test_write_argument_errors(partition: Partition) -> None:
@@ -219,7 +220,7 @@ def test_write_argument_errors(partition: Partition) -> None:
     with pytest.raises(TypeError, match="expected_version"):
         S.write(stream, event("e1"), expected_version=0)
     with pytest.raises(TypeError, match="EventData"):
-        S.write(stream, {"Type": "x"})  # type: ignore[arg-type]
+        S.write(stream, {"Type": "x"})  # type: ignore[arg-type]  # a dict, not an EventData
     assert rows(partition) == {}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -221,7 +222,7 @@ def test_interrupted_delete_is_finished_from_the_partition_alone(partition: Part
         ):
             read(partition)
     # ...and every writer is told what to do.
-    attempts = [
+    attempts: list[Callable[[], object]] = [
         lambda: S.provision(partition),
         lambda: S.write(partition, EventData(id="new"), expected_version=0),
         lambda: S.write(partition, EventData(id="new"), expected_version=30),

@@ -166,5 +166,5 @@ def test_plain_and_virtual_streams_with_near_names_never_touch_each_other(
     assert rows(plain) == neighbours
     assert len(neighbours) == 3 + 4 * 5  # the includes, and each neighbour's 5 rows
     for other in near:
-        events = S.read(other).events
-        assert [(e.version, e.id) for e in events] == [(1, "foo|SS-1"), (2, "foo|SS-2")]
+        recorded = S.read(other).events
+        assert [(e.version, e.id) for e in recorded] == [(1, "foo|SS-1"), (2, "foo|SS-2")]

@@ -640,7 +640,7 @@ class _Coordinator:
     def finish_retention(self) -> None:
         """A fault-free retain of every key: it must finish what interrupted retains left."""
         processors = {
-            strategy: Processor(ledger_v2, self.plain, InMemoryPublisher(), strategy=strategy)  # type: ignore[arg-type]
+            strategy: Processor(ledger_v2, self.plain, InMemoryPublisher(), strategy=strategy)
             for strategy in ("state", "outbox")
         }
         for key in self.log.keys:

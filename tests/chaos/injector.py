@@ -17,8 +17,8 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
@@ -28,6 +28,9 @@ from handlers import Message, Publisher, StateStore
 from streamstone_py import EventData, Partition, RetryPolicy, Stream, StreamSlice, WriteResult
 
 from ..faults import DelegatingTransport
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 CRASH_BEFORE_CALL = "crash before a storage call"
 CRASH_AFTER_CALL = "crash after a storage call"
@@ -150,25 +153,25 @@ class ChaosStore(StateStore):
         self.injector = injector
         self.splits = 0
 
-    def _around(self, name: str, call: Any, *args: Any) -> Any:
+    def _around(self, name: str, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         self.injector.crash(CRASH_BEFORE_CALL, name)
-        result = call(*args)
+        result = call(*args, **kwargs)
         self.injector.crash(CRASH_AFTER_CALL, name)
         return result
 
     def open(self, partition: Partition) -> Stream | None:
-        return self._around("open", super().open, partition)  # type: ignore[no-any-return]
+        return self._around("open", super().open, partition)
 
     def find(self, partition: Partition, message_id: str) -> int | None:
-        return self._around("find", super().find, partition, message_id)  # type: ignore[no-any-return]
+        return self._around("find", super().find, partition, message_id)
 
     def read(self, partition: Partition, start_version: int, count: int) -> StreamSlice:
-        return self._around("read", super().read, partition, start_version, count)  # type: ignore[no-any-return]
+        return self._around("read", super().read, partition, start_version, count)
 
     def write(self, stream: Stream, events: Sequence[EventData]) -> WriteResult:
         rows = sum(2 + len(e.includes) for e in events)
         self.splits += rows > MAX_TRANSACTION_ROWS
-        return self._around("write", super().write, stream, events)  # type: ignore[no-any-return]
+        return self._around("write", super().write, stream, events)
 
     def outbox(self, partition: Partition, message_id: str) -> Any:
         return self._around("outbox", super().outbox, partition, message_id)
@@ -180,16 +183,16 @@ class ChaosStore(StateStore):
         self._around("mark_dispatched", call, partition, message_ids)
 
     def undispatched(self, partition: Partition) -> set[str]:
-        return self._around("undispatched", super().undispatched, partition)  # type: ignore[no-any-return]
+        return self._around("undispatched", super().undispatched, partition)
 
     def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._around("delete_outbox", super().delete_outbox, partition, message_ids)
 
     def set_properties(self, stream: Stream, properties: dict[str, Any]) -> Stream:
-        return self._around("set_properties", super().set_properties, stream, properties)  # type: ignore[no-any-return]
+        return self._around("set_properties", super().set_properties, stream, properties)
 
     def truncate(self, stream: Stream, before_version: int) -> Stream:
-        return self._around("truncate", super().truncate, stream, before_version)  # type: ignore[no-any-return]
+        return self._around("truncate", super().truncate, stream, before_version)
 
 
 class FilePublisher(Publisher):

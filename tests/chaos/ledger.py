@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from handlers import HandlerContext, Message, handler
+from handlers import Handler, HandlerContext, Message, handler
 from handlers._codec import unpack
 
 HANDLER = "ChaosLedger"
@@ -110,7 +110,7 @@ def ledger_v2(state: LedgerV2, message: Message, ctx: HandlerContext) -> None:
     _apply(state, message, ctx)
 
 
-VERSIONS = {1: ledger, 2: ledger_v2}
+VERSIONS: dict[int, Handler[Any]] = {1: ledger, 2: ledger_v2}
 
 
 def shared(state: bytes) -> tuple[dict[str, Any], int | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 from azure.data.tables import TableClient
@@ -132,7 +133,7 @@ def test_the_oracle_names_each_violation() -> None:
     first = Message.decode(published[0])
     gapped = [a.events[0], *((v + 1, i, s) for v, i, s in a.events[1:])]
     foreign = [*b.events, (6, "state-a-0", b"")]
-    cases = {
+    cases: dict[str, Callable[[], list[str]]] = {
         "zombie": lambda: check(messages, stored, published[1:], reported),
         "divergent": lambda: check(
             messages,

@@ -28,6 +28,7 @@ from azure.data.tables import TableClient
 
 from handlers import HeaderCache, Message, NonDeterministicHandlerError, Outcome, Processor
 from handlers._codec import unpack
+from handlers._outcome import StrategyName
 from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, join_binary
 
 from .injector import CRASH_IN_HANDLER, ChaosStore, ChaosTransport, Crash, FilePublisher, Injector
@@ -49,7 +50,7 @@ class WorkerConfig:
     hard_share: float = 0.0  # share of crashes that exit the process (process workers)
 
 
-def strategy_of(key: str) -> str:
+def strategy_of(key: str) -> StrategyName:
     return "outbox" if key.startswith("outbox-") else "state"
 
 
@@ -113,12 +114,12 @@ class _Worker:
         self.conflicts_base = 0
         self.splits_base = 0
 
-    def _processor(self, strategy: str, version: int, **options: Any) -> Processor[Any]:
+    def _processor(self, strategy: StrategyName, version: int, **options: Any) -> Processor[Any]:
         return Processor(
-            VERSIONS[version],  # type: ignore[arg-type]
+            VERSIONS[version],
             self.client,
             self.publisher,
-            strategy=strategy,  # type: ignore[arg-type]
+            strategy=strategy,
             retry=RETRY,
             max_attempts=50,
             store=self.store,

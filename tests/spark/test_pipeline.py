@@ -207,7 +207,7 @@ def test_bad_rows_are_dead_lettered_and_the_rest_processed(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
     good = game_messages(3, 4)
-    bad = [
+    bad: list[dict[str, Any]] = [
         {"message_id": None, "key": "game-000", "type": "FireAt", "body": "{}"},
         {"message_id": "no-key", "key": None, "type": "FireAt", "body": "{}"},
         {"message_id": "alien", "key": "game-001", "type": "Teleport", "body": "{}"},
