@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 from ._codec import pack, unpack
 from ._context import HandlerContext
@@ -101,9 +101,25 @@ class _FunctionHandler(Handler[S]):
         return self._fn(state, message, context)
 
 
+#: The state of a handler declared without a state class.
+Dict = dict[str, Any]
+
+
+@overload
 def handler(
-    name: str, state: type[S] | None = None, *, types: Iterable[str] | None = None
-) -> Callable[[Callable[[S, Message, HandlerContext], S | None]], Handler[S]]:
+    name: str, state: type[S], *, types: Iterable[str] | None = None
+) -> Callable[[Callable[[S, Message, HandlerContext], S | None]], Handler[S]]: ...
+
+
+@overload
+def handler(
+    name: str, state: None = None, *, types: Iterable[str] | None = None
+) -> Callable[[Callable[[Dict, Message, HandlerContext], Dict | None]], Handler[Dict]]: ...
+
+
+def handler(
+    name: str, state: type[Any] | None = None, *, types: Iterable[str] | None = None
+) -> Callable[[Callable[[Any, Message, HandlerContext], Any]], Handler[Any]]:
     """Declare a function ``(state, message, context) -> state | None`` as a handler.
 
     ``name`` identifies the handler's streams in storage: keep it stable.
@@ -116,7 +132,7 @@ def handler(
         raise TypeError(f"state type {state!r} must be a dataclass (or None for a dict)")
     accepted = frozenset(types) if types is not None else None
 
-    def wrap(fn: Callable[[S, Message, HandlerContext], S | None]) -> Handler[S]:
+    def wrap(fn: Callable[[Any, Message, HandlerContext], Any]) -> Handler[Any]:
         return _FunctionHandler(fn, name, state, accepted)
 
     return wrap
