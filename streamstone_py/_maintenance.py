@@ -15,16 +15,9 @@ from azure.data.tables import TableTransactionError
 
 from . import _stream
 from ._errors import ConcurrencyConflictError, StreamNotFoundError
-from ._operations import (
-    MAX_BATCH_OPERATIONS,
-    _header_entity,
-    _header_of,
-    _is_deleted,
-    _stream_from_row,
-    header_row,
-    open_for_change,
-)
+from ._headers import open_for_change
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
+from ._plan import MAX_BATCH_OPERATIONS
 from ._protocol import (
     Steps,
     TableOperation,
@@ -35,6 +28,7 @@ from ._protocol import (
     update_entity,
 )
 from ._retry import is_ambiguous
+from ._rows import header_entity, header_of, header_row, is_deleted, stream_from_row
 from ._values import EVENT_ID
 
 __all__ = ["delete", "truncate"]
@@ -145,7 +139,7 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
                     f"the stream is at version {current.version} now, below the cut "
                     f"{before_version} asked for",
                 )
-            entity = _header_entity(partition, current.version, current.properties, before_version)
+            entity = header_entity(partition, current.version, current.properties, before_version)
             try:
                 etag = yield from update_entity(entity, current.etag or "")
             except AzureError as exc:
@@ -182,10 +176,10 @@ def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
         row = yield from header_row(target)
         if row is None:
             raise StreamNotFoundError(target)
-        if _is_deleted(row):
+        if is_deleted(row):
             yield from _finish_delete(target, row.etag, batch_size)
             return
-        stream = _stream_from_row(target, row)
+        stream = stream_from_row(target, row)
     elif isinstance(target, _stream.Stream):
         stream = target
     else:
@@ -199,7 +193,7 @@ def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
     partition = stream.partition
     for attempt in range(1, partition.retry.attempts + 1):
         try:
-            etag = yield from update_entity(_header_of(stream, deleted=True), stream.etag)
+            etag = yield from update_entity(header_of(stream, deleted=True), stream.etag)
             break
         except AzureError as exc:
             if not _conflict_or_ambiguous(exc):
@@ -207,7 +201,7 @@ def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
             row = yield from header_row(partition)
             if row is None:
                 raise StreamNotFoundError(partition) from exc
-            if _is_deleted(row):
+            if is_deleted(row):
                 etag = row.etag  # ours after all, or an interrupted delete: finish it
                 break
             if row.etag != stream.etag:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import _maintenance, _operations
+from . import _headers, _maintenance, _plan, _reads, _writes
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import run
@@ -118,28 +118,28 @@ class Stream:
 
         Raises :class:`ConcurrencyConflictError` if the stream already exists.
         """
-        return run(partition, _operations.provision(partition, properties))
+        return run(partition, _headers.provision(partition, properties))
 
     @staticmethod
     def open(partition: Partition) -> Stream:
         """Read the stream's header. Raises :class:`StreamNotFoundError` if missing."""
-        return run(partition, _operations.open_stream(partition))
+        return run(partition, _headers.open_stream(partition))
 
     @staticmethod
     def try_open(partition: Partition) -> Stream | None:
         """Read the stream's header, or ``None`` if the stream does not exist."""
-        return run(partition, _operations.try_open(partition))
+        return run(partition, _headers.try_open(partition))
 
     @staticmethod
     def exists(partition: Partition) -> bool:
         """True if the stream has a header row."""
-        return run(partition, _operations.exists(partition))
+        return run(partition, _headers.exists(partition))
 
     @staticmethod
     def find(partition: Partition, event_id: str) -> int | None:
         """The version of the event with id ``event_id``, or ``None`` if the
         stream holds no such event (one point read of its id row)."""
-        return run(partition, _operations.find(partition, event_id))
+        return run(partition, _headers.find(partition, event_id))
 
     @staticmethod
     def write(
@@ -179,7 +179,7 @@ class Stream:
         matches the events it stored.
         """
         partition = target.partition if isinstance(target, Stream) else target
-        return run(partition, _operations.write_to(target, events, expected_version, track_changes))
+        return run(partition, _writes.write_to(target, events, expected_version, track_changes))
 
     @staticmethod
     def check_write(stream: Stream, *events: EventData, track_changes: bool = True) -> None:
@@ -190,7 +190,7 @@ class Stream:
         Storage outcomes (conflicts, duplicates) are not predicted: only what
         the write refuses before its first request.
         """
-        _operations.check_write(stream, events, track_changes)
+        _plan.check_write(stream, events, track_changes)
 
     @staticmethod
     def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:
@@ -202,12 +202,12 @@ class Stream:
         stream.first_version)`` to ``min(start_version + slice_size - 1,
         stream.version)`` of the header the slice reports.
         """
-        return run(partition, _operations.read(partition, start_version, slice_size))
+        return run(partition, _reads.read(partition, start_version, slice_size))
 
     @staticmethod
     def set_properties(stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream:
         """Replace the stream's properties, conditional on the header's ETag."""
-        return run(stream.partition, _operations.set_properties(stream, properties))
+        return run(stream.partition, _headers.set_properties(stream, properties))
 
     @staticmethod
     def truncate(stream: Stream, before_version: int, *, batch_size: int = 100) -> Stream:

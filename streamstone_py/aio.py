@@ -27,7 +27,7 @@ import tenacity
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from . import _maintenance, _operations
+from . import _headers, _maintenance, _plan, _reads, _writes
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import (
@@ -146,27 +146,27 @@ class Stream:
         partition: Partition, properties: Mapping[str, PropertyValue] | None = None
     ) -> StreamHeader:
         """Create an empty stream; see :meth:`streamstone_py.Stream.provision`."""
-        return await run(partition, _operations.provision(partition, properties))
+        return await run(partition, _headers.provision(partition, properties))
 
     @staticmethod
     async def open(partition: Partition) -> StreamHeader:
         """Read the header; see :meth:`streamstone_py.Stream.open`."""
-        return await run(partition, _operations.open_stream(partition))
+        return await run(partition, _headers.open_stream(partition))
 
     @staticmethod
     async def try_open(partition: Partition) -> StreamHeader | None:
         """Read the header or ``None``; see :meth:`streamstone_py.Stream.try_open`."""
-        return await run(partition, _operations.try_open(partition))
+        return await run(partition, _headers.try_open(partition))
 
     @staticmethod
     async def exists(partition: Partition) -> bool:
         """True if the stream exists."""
-        return await run(partition, _operations.exists(partition))
+        return await run(partition, _headers.exists(partition))
 
     @staticmethod
     async def find(partition: Partition, event_id: str) -> int | None:
         """The version of the event with this id; see :meth:`streamstone_py.Stream.find`."""
-        return await run(partition, _operations.find(partition, event_id))
+        return await run(partition, _headers.find(partition, event_id))
 
     @staticmethod
     async def write(
@@ -178,28 +178,28 @@ class Stream:
         """Append events; see :meth:`streamstone_py.Stream.write`."""
         partition = target.partition if isinstance(target, StreamHeader) else target
         return await run(
-            partition, _operations.write_to(target, events, expected_version, track_changes)
+            partition, _writes.write_to(target, events, expected_version, track_changes)
         )
 
     @staticmethod
     def check_write(stream: StreamHeader, *events: EventData, track_changes: bool = True) -> None:
         """Refuse what a write would refuse, sending nothing (not a coroutine); see
         :meth:`streamstone_py.Stream.check_write`."""
-        _operations.check_write(stream, events, track_changes)
+        _plan.check_write(stream, events, track_changes)
 
     @staticmethod
     async def read(
         partition: Partition, start_version: int = 1, slice_size: int = 1000
     ) -> StreamSlice:
         """Read one slice; see :meth:`streamstone_py.Stream.read`."""
-        return await run(partition, _operations.read(partition, start_version, slice_size))
+        return await run(partition, _reads.read(partition, start_version, slice_size))
 
     @staticmethod
     async def set_properties(
         stream: StreamHeader, properties: Mapping[str, PropertyValue]
     ) -> StreamHeader:
         """Replace the properties; see :meth:`streamstone_py.Stream.set_properties`."""
-        return await run(stream.partition, _operations.set_properties(stream, properties))
+        return await run(stream.partition, _headers.set_properties(stream, properties))
 
     @staticmethod
     async def truncate(

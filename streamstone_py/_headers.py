@@ -1,0 +1,122 @@
+"""The verbs on a stream's header: provision, open, find, set_properties."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from azure.core.exceptions import HttpResponseError, ResourceExistsError
+
+from . import _stream
+from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, conflict
+from ._errors import StreamBeingDeletedError, StreamNotFoundError, StreamstoneError
+from ._partition import Partition
+from ._protocol import Steps, create_entity, get_entity, update_entity
+from ._rows import header_entity, header_row, is_deleted, stream_from_row
+from ._values import VERSION, check_entity, comparable, from_table
+
+__all__ = [
+    "exists",
+    "find",
+    "open_for_change",
+    "open_stream",
+    "provision",
+    "set_properties",
+    "try_open",
+]
+
+
+def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Steps[_stream.Stream]:
+    entity = header_entity(partition, 0, properties or {})
+    check_entity(entity, "stream header")
+
+    def send() -> Steps[str]:
+        return (yield from create_entity(entity))
+
+    def resolve() -> Steps[str | Unresolved]:
+        row = yield from header_row(partition)
+        if row is None:
+            return NOT_APPLIED
+        found = stream_from_row(partition, row)
+        mine = found.version == 0 and comparable(found.properties) == comparable(properties or {})
+        return row.etag if mine and not is_deleted(row) else CONFLICT
+
+    try:
+        etag = yield from attempt(partition, send, resolve)
+    except ResourceExistsError as exc:
+        # Azurite leaves error_code empty here, so the exception type decides.
+        raise (yield from conflict(partition, "the stream already exists", exc)) from exc
+    return _stream.Stream._stored(partition, etag, 0, properties or {})
+
+
+def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
+    row = yield from header_row(partition)
+    # A stream that is being deleted no longer exists for readers and writers.
+    return None if row is None or is_deleted(row) else stream_from_row(partition, row)
+
+
+def open_for_change(partition: Partition) -> Steps[_stream.Stream]:
+    """The stored header, for a verb that changes the stream: a tombstone means a
+    delete is pending, which the writer is told how to finish."""
+    row = yield from header_row(partition)
+    if row is None:
+        raise StreamNotFoundError(partition)
+    if is_deleted(row):
+        raise StreamBeingDeletedError(partition)
+    return stream_from_row(partition, row)
+
+
+def open_stream(partition: Partition) -> Steps[_stream.Stream]:
+    row = yield from header_row(partition)
+    if row is None or is_deleted(row):
+        raise StreamNotFoundError(partition, deleting=row is not None)
+    return stream_from_row(partition, row)
+
+
+def find(partition: Partition, event_id: str) -> Steps[int | None]:
+    """The version of the event with this id, from its id row."""
+    if not isinstance(event_id, str):
+        raise TypeError(f"event_id must be a str, got {event_id!r}")
+    row = yield from get_entity(partition.partition_key, partition.id_row_key(event_id))
+    if row is None:
+        return None
+    version = from_table(row.properties.get(VERSION))
+    if not isinstance(version, int):
+        raise StreamstoneError(f"id row of {event_id!r} in {partition} has no integer Version")
+    return version
+
+
+def exists(partition: Partition) -> Steps[bool]:
+    return (yield from try_open(partition)) is not None
+
+
+def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Steps[_stream.Stream]:
+    if stream.etag is None:
+        raise ValueError("cannot set properties on a transient stream; provision or write it first")
+    partition = stream.partition
+    entity = header_entity(partition, stream.version, properties, stream.first_version)
+    check_entity(entity, "stream header")
+    etag_before = stream.etag
+
+    def send() -> Steps[str]:
+        return (yield from update_entity(entity, etag_before))
+
+    def resolve() -> Steps[str | Unresolved]:
+        row = yield from header_row(partition)
+        if row is not None and row.etag == etag_before:
+            return NOT_APPLIED
+        if row is None or is_deleted(row):
+            return CONFLICT
+        found = stream_from_row(partition, row)
+        mine = (found.version, found.first_version, comparable(found.properties)) == (
+            stream.version, stream.first_version, comparable(properties),
+        )  # fmt: skip
+        return row.etag if mine else CONFLICT
+
+    try:
+        etag = yield from attempt(partition, send, resolve)
+    except HttpResponseError as exc:
+        if exc.status_code in (404, 412):
+            raise (yield from conflict(partition, "the stream header has changed", exc)) from exc
+        raise
+    return _stream.Stream._stored(partition, etag, stream.version, properties, stream.first_version)
