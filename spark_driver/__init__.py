@@ -11,18 +11,11 @@ Executors build their table client from their own environment
 token or a managed identity); see :class:`JobSettings`.
 """
 
-from ._job import (
-    INPUT_SCHEMA,
-    JobResult,
-    Summary,
-    process_messages,
-    read_messages,
-    run_batch,
-    session,
-    write_result,
-)
+from ._job import INPUT_SCHEMA, process_messages, read_messages, run_batch, write_result
+from ._session import session
 from ._settings import JobSettings, resolve_handler
 from ._stream import run_stream
+from ._summary import JobResult, Summary
 
 __all__ = [
     "INPUT_SCHEMA",

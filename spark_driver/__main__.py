@@ -169,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo(args.strategy)
 
-    from ._job import run_batch, session
+    from ._job import run_batch
     from ._logs import configure as configure_logging
+    from ._session import session
     from ._settings import JobSettings, resolve_handler
     from ._stream import run_stream
 

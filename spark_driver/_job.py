@@ -10,11 +10,8 @@ message changes state once and its outputs come out identical.
 
 from __future__ import annotations
 
-import os
-import sys
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import Any, Final
+from dataclasses import asdict
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -29,19 +26,10 @@ from pyspark.sql.types import (
 )
 
 from ._executor import OUTCOME, OUTPUT, mark_partition, process_partition
-from ._settings import LOCAL_MASTER, SPARK_LOG_LEVELS, JobSettings
+from ._settings import JobSettings
+from ._summary import JobResult, Summary
 
-__all__ = [
-    "INPUT_SCHEMA",
-    "UNSETTLED_EXIT",
-    "JobResult",
-    "Summary",
-    "process_messages",
-    "read_messages",
-    "run_batch",
-    "session",
-    "write_result",
-]
+__all__ = ["INPUT_SCHEMA", "process_messages", "read_messages", "run_batch", "write_result"]
 
 INPUT_SCHEMA = StructType(
     [
@@ -68,182 +56,6 @@ RESULT_SCHEMA = StructType(
 )
 
 _ORDER = "_order"
-
-
-def launched_with_master() -> bool:
-    """Whether a launcher already chose the master: this driver runs under
-    ``spark-submit`` (which always sets one), or ``PYSPARK_SUBMIT_ARGS`` names one."""
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return True
-    return "--master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
-
-
-_LOG4J2 = Path(__file__).with_name("log4j2.properties")
-
-
-def session(
-    master: str | None = None,
-    app: str = "streamstone-py",
-    *,
-    spark_log_level: str = "ERROR",
-    **conf: str,
-) -> SparkSession:
-    """A Spark session; in local mode its Python workers run this interpreter (this venv).
-
-    ``master=None`` keeps the master a launcher set (``spark-submit --master``,
-    or ``--master`` in ``PYSPARK_SUBMIT_ARGS``) and is ``local[2]`` when none
-    is set. On a cluster the executors' Python is the cluster's to set
-    (PYSPARK_PYTHON or spark.pyspark.python): a driver's local path would not
-    exist there.
-
-    ``spark_log_level`` is Spark's own level. When this call starts the JVM,
-    it applies from the JVM's first line, so Spark's start-up warnings stay
-    quiet at the default ``"ERROR"``; under ``spark-submit`` the JVM is up
-    already, and the level applies from here on. A caller's own
-    ``spark.driver.extraJavaOptions`` replaces that logging file.
-    """
-    if spark_log_level not in SPARK_LOG_LEVELS:
-        raise ValueError(
-            f"spark_log_level must be one of {', '.join(SPARK_LOG_LEVELS)}, got {spark_log_level!r}"
-        )
-    if master is None and not launched_with_master():
-        master = LOCAL_MASTER
-    if master is not None and master.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app)
-    if master is not None:
-        builder = builder.master(master)
-    defaults = {
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "true",
-        "spark.sql.shuffle.partitions": "8",
-        "spark.sql.session.timeZone": "UTC",
-    }
-    # Only when this call starts the JVM, and from an installed file (not a
-    # zip shipped with --py-files, whose members the JVM cannot open).
-    if not os.environ.get("PYSPARK_GATEWAY_PORT") and _LOG4J2.is_file():
-        defaults["spark.driver.extraJavaOptions"] = (
-            f"-Dlog4j2.configurationFile={_LOG4J2.as_uri()} "
-            f"-Dspark_driver.log.level={spark_log_level.lower()}"
-        )
-    for name, value in {**defaults, **conf}.items():
-        builder = builder.config(name, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(spark_log_level)
-    return spark
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """The figures of one run, computed from the outcome and output rows it wrote."""
-
-    messages_in: int
-    processed: int
-    duplicates: int
-    new_outputs: int
-    reemitted_outputs: int
-    dead_lettered: int
-    abandoned: int
-    faulted: int
-    conflicts_retried: int
-
-    @classmethod
-    def of(cls, outcomes: DataFrame, outputs: DataFrame) -> Summary:
-        """One aggregation over the outcome rows, and a count of the output rows.
-
-        An output row is new when its source message was stored by this run
-        (``completed``), and re-emitted when its source is only a duplicate
-        here: a copy of an output an earlier run (or attempt) wrote already.
-        """
-        status = F.col("status")
-
-        def count(name: str) -> Any:
-            return F.sum((status == name).cast("long"))
-
-        row = outcomes.agg(
-            F.count(F.lit(1)).alias("messages_in"),
-            count("completed").alias("processed"),
-            count("duplicate").alias("duplicates"),
-            count("dead_lettered").alias("dead_lettered"),
-            count("abandoned").alias("abandoned"),
-            count("faulted").alias("faulted"),
-            F.sum("conflicts").alias("conflicts_retried"),
-        ).first()
-        assert row is not None
-        figures = {k: int(v or 0) for k, v in row.asDict().items()}
-        stored = (
-            outcomes.where(status == "completed")
-            .select(F.col("key").alias("_key"), F.col("message_id").alias("_source"))
-            .distinct()
-        )
-        split = (
-            outputs.join(
-                stored,
-                (outputs["key"] == stored["_key"])
-                & (outputs["source_message_id"] == stored["_source"]),
-                "left",
-            )
-            .agg(
-                F.count(F.lit(1)).alias("all"),
-                F.count("_source").alias("new"),
-            )
-            .first()
-        )
-        assert split is not None
-        total, new = int(split["all"]), int(split["new"])
-        return cls(new_outputs=new, reemitted_outputs=total - new, **figures)
-
-    @property
-    def outputs(self) -> int:
-        """Every output row written: new and re-emitted."""
-        return self.new_outputs + self.reemitted_outputs
-
-    @property
-    def exit_status(self) -> int:
-        """0 if every message is settled (completed, duplicate or dead-lettered),
-        else :data:`UNSETTLED_EXIT` (some must be delivered again)."""
-        return UNSETTLED_EXIT if self.abandoned or self.faulted else 0
-
-    def table(self) -> str:
-        """The summary as a readable two-column table."""
-        labels = {
-            "messages_in": "messages in",
-            "processed": "processed (state changed)",
-            "duplicates": "duplicates (no change)",
-            "new_outputs": "output messages, new",
-            "reemitted_outputs": "output messages, re-emitted",
-            "dead_lettered": "dead-lettered",
-            "abandoned": "abandoned (handler error)",
-            "faulted": "faulted (in doubt)",
-            "conflicts_retried": "conflicts retried",
-        }
-        width = max(len(v) for v in labels.values())
-        lines = [f"  {labels[f.name]:<{width}}  {getattr(self, f.name):>10,}" for f in fields(self)]
-        rule = "  " + "-" * (width + 12)
-        return "\n".join([rule, *lines, rule])
-
-
-#: The exit status of a run that left messages abandoned or faulted.
-UNSETTLED_EXIT: Final = 3
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """The persisted rows of one run: release them with :meth:`unpersist`."""
-
-    results: DataFrame
-    outputs: DataFrame
-    outcomes: DataFrame
-    settings: JobSettings
-    partitions: int
-
-    @property
-    def dead_letters(self) -> DataFrame:
-        return self.outcomes.where(F.col("status") == "dead_lettered")
-
-    def unpersist(self) -> None:
-        self.results.unpersist()
 
 
 #: Where Spark's JSON reader keeps a line it could not parse (PERMISSIVE mode).

@@ -7,8 +7,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ._job import CORRUPT_RECORD, Summary, _json_schema, process_messages, write_result
+from ._job import CORRUPT_RECORD, _json_schema, process_messages, write_result
 from ._settings import JobSettings
+from ._summary import Summary
 
 __all__ = ["run_stream"]
 

@@ -23,7 +23,8 @@ from azure.data.tables import TableServiceClient
 from handlers import Processor
 from handlers.examples import shooting_range
 
-from ._job import run_batch, session
+from ._job import run_batch
+from ._session import session
 from ._settings import JobSettings
 
 GAMES = 500

@@ -7,16 +7,18 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from azure.core.exceptions import AzureError
 
-from . import _stream
 from ._errors import ConcurrencyConflictError, StreamBeingDeletedError
 from ._partition import Partition
 from ._protocol import Steps, pause
 from ._retry import is_ambiguous
 from ._rows import header_row, is_deleted, stream_from_row
+
+if TYPE_CHECKING:
+    from ._stream import Stream  # handed down as ``header_type``; see _rows
 
 __all__ = ["CONFLICT", "NOT_APPLIED", "Unresolved", "attempt", "conflict", "refuse_tombstone"]
 
@@ -40,6 +42,7 @@ def attempt(
     partition: Partition,
     send: Callable[[], Steps[T]],
     resolve: Callable[[], Steps[T | Unresolved]],
+    header_type: type[Stream],
 ) -> Steps[T]:
     """Send a write; when its outcome is unknown, find out instead of guessing.
 
@@ -76,7 +79,7 @@ def attempt(
                 )
             if outcome is CONFLICT and ambiguous:
                 reason = "the stream changed while the outcome of a write was unknown"
-                raise (yield from conflict(partition, reason, exc)) from exc
+                raise (yield from conflict(partition, reason, exc, header_type)) from exc
             if outcome is CONFLICT or (outcome is NOT_APPLIED and not ambiguous):
                 raise exc  # none of ours applied: the definite failure stands
             if outcome is NOT_APPLIED:
@@ -87,7 +90,9 @@ def attempt(
             return outcome
 
 
-def refuse_tombstone(partition: Partition, cause: Exception) -> Steps[_stream.Stream | None]:
+def refuse_tombstone(
+    partition: Partition, cause: Exception, header_type: type[Stream]
+) -> Steps[Stream | None]:
     """After a write conflicted: if a delete has left a tombstone, say so, and how
     to finish it; otherwise the stream as stored now (None: there is none)."""
     row = yield from header_row(partition)
@@ -95,14 +100,14 @@ def refuse_tombstone(partition: Partition, cause: Exception) -> Steps[_stream.St
         return None
     if is_deleted(row):
         raise StreamBeingDeletedError(partition) from cause
-    return stream_from_row(partition, row)
+    return stream_from_row(partition, row, header_type)
 
 
 def conflict(
-    partition: Partition, reason: str, cause: Exception
+    partition: Partition, reason: str, cause: Exception, header_type: type[Stream]
 ) -> Steps[ConcurrencyConflictError]:
     """The conflict to raise, with the stream read after it (or the pending delete)."""
-    current = yield from refuse_tombstone(partition, cause)
+    current = yield from refuse_tombstone(partition, cause, header_type)
     error = ConcurrencyConflictError(partition, reason)
     error.current = current
     return error

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError
 
-from . import _stream
 from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, conflict
 from ._errors import StreamBeingDeletedError, StreamNotFoundError, StreamstoneError
 from ._partition import Partition
 from ._protocol import Steps, create_entity, get_entity, update_entity
 from ._rows import header_entity, header_row, is_deleted, stream_from_row
 from ._values import VERSION, check_entity, comparable, from_table
+
+if TYPE_CHECKING:
+    from ._stream import Stream  # handed down as ``header_type``; see _rows
 
 __all__ = [
     "exists",
@@ -26,7 +28,9 @@ __all__ = [
 ]
 
 
-def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Steps[_stream.Stream]:
+def provision(
+    partition: Partition, properties: Mapping[str, Any] | None, header_type: type[Stream]
+) -> Steps[Stream]:
     entity = header_entity(partition, 0, properties or {})
     check_entity(entity, "stream header")
 
@@ -37,25 +41,27 @@ def provision(partition: Partition, properties: Mapping[str, Any] | None) -> Ste
         row = yield from header_row(partition)
         if row is None:
             return NOT_APPLIED
-        found = stream_from_row(partition, row)
+        found = stream_from_row(partition, row, header_type)
         mine = found.version == 0 and comparable(found.properties) == comparable(properties or {})
         return row.etag if mine and not is_deleted(row) else CONFLICT
 
     try:
-        etag = yield from attempt(partition, send, resolve)
+        etag = yield from attempt(partition, send, resolve, header_type)
     except ResourceExistsError as exc:
         # Azurite leaves error_code empty here, so the exception type decides.
-        raise (yield from conflict(partition, "the stream already exists", exc)) from exc
-    return _stream.Stream._stored(partition, etag, 0, properties or {})
+        raise (
+            yield from conflict(partition, "the stream already exists", exc, header_type)
+        ) from exc
+    return header_type._stored(partition, etag, 0, properties or {})
 
 
-def try_open(partition: Partition) -> Steps[_stream.Stream | None]:
+def try_open(partition: Partition, header_type: type[Stream]) -> Steps[Stream | None]:
     row = yield from header_row(partition)
     # A stream that is being deleted no longer exists for readers and writers.
-    return None if row is None or is_deleted(row) else stream_from_row(partition, row)
+    return None if row is None or is_deleted(row) else stream_from_row(partition, row, header_type)
 
 
-def open_for_change(partition: Partition) -> Steps[_stream.Stream]:
+def open_for_change(partition: Partition, header_type: type[Stream]) -> Steps[Stream]:
     """The stored header, for a verb that changes the stream: a tombstone means a
     delete is pending, which the writer is told how to finish."""
     row = yield from header_row(partition)
@@ -63,14 +69,14 @@ def open_for_change(partition: Partition) -> Steps[_stream.Stream]:
         raise StreamNotFoundError(partition)
     if is_deleted(row):
         raise StreamBeingDeletedError(partition)
-    return stream_from_row(partition, row)
+    return stream_from_row(partition, row, header_type)
 
 
-def open_stream(partition: Partition) -> Steps[_stream.Stream]:
+def open_stream(partition: Partition, header_type: type[Stream]) -> Steps[Stream]:
     row = yield from header_row(partition)
     if row is None or is_deleted(row):
         raise StreamNotFoundError(partition, deleting=row is not None)
-    return stream_from_row(partition, row)
+    return stream_from_row(partition, row, header_type)
 
 
 def find(partition: Partition, event_id: str) -> Steps[int | None]:
@@ -87,13 +93,15 @@ def find(partition: Partition, event_id: str) -> Steps[int | None]:
 
 
 def exists(partition: Partition) -> Steps[bool]:
-    return (yield from try_open(partition)) is not None
+    row = yield from header_row(partition)
+    return row is not None and not is_deleted(row)
 
 
-def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Steps[_stream.Stream]:
+def set_properties(stream: Stream, properties: Mapping[str, Any]) -> Steps[Stream]:
     if stream.etag is None:
         raise ValueError("cannot set properties on a transient stream; provision or write it first")
     partition = stream.partition
+    header_type = type(stream)
     entity = header_entity(partition, stream.version, properties, stream.first_version)
     check_entity(entity, "stream header")
     etag_before = stream.etag
@@ -107,16 +115,18 @@ def set_properties(stream: _stream.Stream, properties: Mapping[str, Any]) -> Ste
             return NOT_APPLIED
         if row is None or is_deleted(row):
             return CONFLICT
-        found = stream_from_row(partition, row)
+        found = stream_from_row(partition, row, header_type)
         mine = (found.version, found.first_version, comparable(found.properties)) == (
             stream.version, stream.first_version, comparable(properties),
         )  # fmt: skip
         return row.etag if mine else CONFLICT
 
     try:
-        etag = yield from attempt(partition, send, resolve)
+        etag = yield from attempt(partition, send, resolve, header_type)
     except HttpResponseError as exc:
         if exc.status_code in (404, 412):
-            raise (yield from conflict(partition, "the stream header has changed", exc)) from exc
+            raise (
+                yield from conflict(partition, "the stream header has changed", exc, header_type)
+            ) from exc
         raise
-    return _stream.Stream._stored(partition, etag, stream.version, properties, stream.first_version)
+    return header_type._stored(partition, etag, stream.version, properties, stream.first_version)

@@ -8,12 +8,11 @@ by calling again.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
-from . import _stream
 from ._errors import ConcurrencyConflictError, StreamNotFoundError
 from ._headers import open_for_change
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
@@ -30,6 +29,9 @@ from ._protocol import (
 from ._retry import is_ambiguous
 from ._rows import header_entity, header_of, header_row, is_deleted, stream_from_row
 from ._values import EVENT_ID
+
+if TYPE_CHECKING:
+    from ._stream import Stream  # handed down as ``header_type``; see _rows
 
 __all__ = ["delete", "truncate"]
 
@@ -113,7 +115,7 @@ def _sweep(
             yield from pause(doubtful)
 
 
-def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> Steps[_stream.Stream]:
+def truncate(stream: Stream, before_version: int, batch_size: int) -> Steps[Stream]:
     if stream.etag is None:
         raise ValueError("cannot truncate a transient stream")
     if not isinstance(before_version, int) or isinstance(before_version, bool):
@@ -146,12 +148,12 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
                 if not _conflict_or_ambiguous(exc):
                     raise
             else:
-                current = _stream.Stream._stored(
+                current = type(stream)._stored(
                     partition, etag, current.version, current.properties, before_version
                 )
                 break
         # Appends do not change which rows are below the cut: re-read and mark again.
-        current = yield from open_for_change(partition)
+        current = yield from open_for_change(partition, type(stream))
         stored = True
     else:
         raise ConcurrencyConflictError(
@@ -167,7 +169,7 @@ def truncate(stream: _stream.Stream, before_version: int, batch_size: int) -> St
     return current
 
 
-def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
+def delete(target: Stream | Partition, batch_size: int, header_type: type[Stream]) -> Steps[None]:
     """Delete the stream of ``target``: conditional on a header's ETag, or, given
     a partition, on the header as read now (which also finishes a delete that
     another process began)."""
@@ -179,8 +181,8 @@ def delete(target: _stream.Stream | Partition, batch_size: int) -> Steps[None]:
         if is_deleted(row):
             yield from _finish_delete(target, row.etag, batch_size)
             return
-        stream = stream_from_row(target, row)
-    elif isinstance(target, _stream.Stream):
+        stream = stream_from_row(target, row, header_type)
+    elif isinstance(target, header_type):
         stream = target
     else:
         raise TypeError(f"delete target must be a Stream or a Partition, got {target!r}")

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from . import _stream
 from ._model import EventData, Include, fold_includes
 from ._protocol import OperationKind, TableOperation
 from ._rows import event_operations, header_entity, header_of
 from ._values import check_entity, payload_size
+
+if TYPE_CHECKING:
+    from ._stream import Stream
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -62,7 +64,7 @@ class Chunk:
             self.roles.append(include)
 
 
-def plan(stream: _stream.Stream, events: Sequence[EventData], track_changes: bool) -> list[Chunk]:
+def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> list[Chunk]:
     """Split the write into transactions of at most 100 operations and 4 MiB.
 
     Each event is measured alone first, so an event that cannot fit any
@@ -129,9 +131,7 @@ def check_events(events: Sequence[EventData]) -> None:
             seen.add(event.id)
 
 
-def check_write(
-    stream: _stream.Stream, events: Sequence[EventData], track_changes: bool = True
-) -> None:
+def check_write(stream: Stream, events: Sequence[EventData], track_changes: bool = True) -> None:
     """Raise what ``write`` would raise for these events before sending anything."""
     check_events(events)
     plan(stream, events, track_changes)

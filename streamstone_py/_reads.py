@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ._errors import StreamNotFoundError, StreamstoneError
 from ._model import StreamSlice
 from ._partition import Partition
 from ._protocol import GetEntity, QueryEntities, Row, Steps, parallel, query_entities
 from ._rows import is_deleted, recorded_from_row, stream_from_row
+
+if TYPE_CHECKING:
+    from ._stream import Stream  # handed down as ``header_type``; see _rows
 
 __all__ = ["MAX_SLICE_SIZE", "POINT_READ_SLICE", "read"]
 
@@ -30,7 +33,9 @@ def _check_positive(name: str, value: object) -> int:
     return value
 
 
-def read(partition: Partition, start_version: int, slice_size: int) -> Steps[StreamSlice]:
+def read(
+    partition: Partition, start_version: int, slice_size: int, header_type: type[Stream]
+) -> Steps[StreamSlice]:
     _check_positive("start_version", start_version)
     _check_positive("slice_size", slice_size)
     if slice_size > MAX_SLICE_SIZE:
@@ -78,7 +83,7 @@ def read(partition: Partition, start_version: int, slice_size: int) -> Steps[Str
         header, rows = yield from header_and_rows()
         if header is None or is_deleted(header):
             raise StreamNotFoundError(partition, deleting=header is not None)
-        stream = stream_from_row(partition, header)
+        stream = stream_from_row(partition, header, header_type)
         # Events up to the header's version are committed and immutable: the
         # slice stops there. Rows below a truncation point may linger while
         # truncate sweeps them.

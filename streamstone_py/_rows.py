@@ -8,9 +8,8 @@ holds). Every verb builds and reads rows through these functions."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _stream
 from ._errors import StreamstoneError
 from ._model import EventData, Include, RecordedEvent
 from ._partition import Partition
@@ -27,6 +26,11 @@ from ._values import (
     plain_properties,
     to_table,
 )
+
+if TYPE_CHECKING:
+    # Only named for the checker: the verbs that use this module are that
+    # class's methods, so the class is handed down (``header_type``) instead.
+    from ._stream import Stream
 
 __all__ = [
     "event_operations",
@@ -59,7 +63,7 @@ def header_entity(
     return entity
 
 
-def header_of(stream: _stream.Stream, version: int | None = None, deleted: bool = False) -> Entity:
+def header_of(stream: Stream, version: int | None = None, deleted: bool = False) -> Entity:
     """The header row that keeps what ``stream`` knows, at ``version`` if given."""
     return header_entity(
         stream.partition,
@@ -74,13 +78,14 @@ def is_deleted(row: Row) -> bool:
     return bool(row.properties.get(DELETED))
 
 
-def stream_from_row(partition: Partition, row: Row) -> _stream.Stream:
+def stream_from_row(partition: Partition, row: Row, header_type: type[Stream]) -> Stream:
+    """The header a row holds, as an instance of ``header_type`` (``Stream``)."""
     version = from_table(row.properties.get(VERSION, 0))
     first = from_table(row.properties.get(FIRST_VERSION, 1))
     if not isinstance(version, int) or not isinstance(first, int):
         raise StreamstoneError(f"header of {partition} has a non-integer version column")
     properties = plain_properties(row.properties)
-    return _stream.Stream._stored(partition, row.etag, version, properties, first)
+    return header_type._stored(partition, row.etag, version, properties, first)
 
 
 def header_row(partition: Partition) -> Steps[Row | None]:

@@ -118,17 +118,17 @@ class Stream:
 
         Raises :class:`ConcurrencyConflictError` if the stream already exists.
         """
-        return run(partition, _headers.provision(partition, properties))
+        return run(partition, _headers.provision(partition, properties, Stream))
 
     @staticmethod
     def open(partition: Partition) -> Stream:
         """Read the stream's header. Raises :class:`StreamNotFoundError` if missing."""
-        return run(partition, _headers.open_stream(partition))
+        return run(partition, _headers.open_stream(partition, Stream))
 
     @staticmethod
     def try_open(partition: Partition) -> Stream | None:
         """Read the stream's header, or ``None`` if the stream does not exist."""
-        return run(partition, _headers.try_open(partition))
+        return run(partition, _headers.try_open(partition, Stream))
 
     @staticmethod
     def exists(partition: Partition) -> bool:
@@ -179,7 +179,9 @@ class Stream:
         matches the events it stored.
         """
         partition = target.partition if isinstance(target, Stream) else target
-        return run(partition, _writes.write_to(target, events, expected_version, track_changes))
+        return run(
+            partition, _writes.write_to(target, events, expected_version, track_changes, Stream)
+        )
 
     @staticmethod
     def check_write(stream: Stream, *events: EventData, track_changes: bool = True) -> None:
@@ -202,7 +204,7 @@ class Stream:
         stream.first_version)`` to ``min(start_version + slice_size - 1,
         stream.version)`` of the header the slice reports.
         """
-        return run(partition, _reads.read(partition, start_version, slice_size))
+        return run(partition, _reads.read(partition, start_version, slice_size, Stream))
 
     @staticmethod
     def set_properties(stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream:
@@ -243,4 +245,4 @@ class Stream:
         finishes it too.
         """
         partition = target.partition if isinstance(target, Stream) else target
-        run(partition, _maintenance.delete(target, batch_size))
+        run(partition, _maintenance.delete(target, batch_size, Stream))

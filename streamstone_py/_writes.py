@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from azure.data.tables import TableTransactionError
 
-from . import _stream
 from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, refuse_tombstone
 from ._errors import (
     ConcurrencyConflictError,
@@ -32,6 +31,9 @@ from ._protocol import (
 )
 from ._rows import header_entity, header_row, is_deleted, recorded_from_row, stream_from_row
 from ._values import comparable
+
+if TYPE_CHECKING:
+    from ._stream import Stream  # handed down as ``header_type``; see _rows
 
 __all__ = ["STALE_ETAG", "write", "write_expected", "write_to"]
 
@@ -64,10 +66,11 @@ def _map_transaction_error(
 
 
 def write(
-    stream: _stream.Stream, events: Sequence[EventData], track_changes: bool = True
+    stream: Stream, events: Sequence[EventData], track_changes: bool = True
 ) -> Steps[WriteResult]:
     check_events(events)
     partition = stream.partition
+    header_type = type(stream)
     chunks = plan(stream, events, track_changes)
     current = stream
     recorded: list[RecordedEvent] = []
@@ -87,19 +90,19 @@ def write(
             return _Commit(str(etags[0]), etags[1:])
 
         def resolve(
-            before: _stream.Stream = current, chunk: Chunk = chunk, version: int = version
+            before: Stream = current, chunk: Chunk = chunk, version: int = version
         ) -> Steps[_Commit | Unresolved]:
             return (yield from _resolve_chunk(before, chunk, version))
 
         try:
-            commit = yield from attempt(partition, send, resolve)
+            commit = yield from attempt(partition, send, resolve, header_type)
         except TableTransactionError as exc:
             error = _map_transaction_error(partition, exc, chunk.roles)
             if error is None:
                 raise
             if isinstance(error, ConcurrencyConflictError):
                 try:
-                    error.current = yield from refuse_tombstone(partition, exc)
+                    error.current = yield from refuse_tombstone(partition, exc, header_type)
                 except StreamBeingDeletedError as deleting:
                     error = deleting
             if recorded:
@@ -111,7 +114,7 @@ def write(
             if isinstance(role, Include):
                 kept = None if op.kind == "delete" else new_etag
                 includes.append(Include._applied(role.operation, role.entity, kept))
-        current = _stream.Stream._stored(
+        current = header_type._stored(
             partition, commit.etag, version, chunk.header_properties, current.first_version
         )
         if commit.moved and chunk is not chunks[-1]:
@@ -136,9 +139,7 @@ class _Commit:
     moved: bool = False
 
 
-def _resolve_chunk(
-    before: _stream.Stream, chunk: Chunk, version: int
-) -> Steps[_Commit | Unresolved]:
+def _resolve_chunk(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit | Unresolved]:
     """Did this chunk commit? Compare the stream with its header and events."""
     partition = before.partition
     row = yield from header_row(partition)
@@ -146,7 +147,7 @@ def _resolve_chunk(
         return NOT_APPLIED
     if row is None or is_deleted(row):
         return CONFLICT
-    header = stream_from_row(partition, row)
+    header = stream_from_row(partition, row, type(before))
     if header.version < version:
         return CONFLICT
     stored = yield from query_entities(
@@ -184,20 +185,23 @@ def _resolve_chunk(
 
 
 def write_to(
-    target: _stream.Stream | Partition,
+    target: Stream | Partition,
     events: Sequence[EventData],
     expected_version: int | None,
-    track_changes: bool = True,
+    track_changes: bool,
+    header_type: type[Stream],
 ) -> Steps[WriteResult]:
     """``Stream.write``'s two forms: after a header, or at an expected version."""
-    if isinstance(target, _stream.Stream):
+    if isinstance(target, header_type):
         if expected_version is not None:
             raise TypeError("expected_version is for writes to a Partition, not to a header")
         return (yield from write(target, events, track_changes))
     if isinstance(target, Partition):
         if expected_version is None:
             raise TypeError("a write to a Partition needs expected_version=N (0: a new stream)")
-        return (yield from write_expected(target, events, expected_version, track_changes))
+        return (
+            yield from write_expected(target, events, expected_version, track_changes, header_type)
+        )
     raise TypeError(f"write target must be a Stream or a Partition, got {target!r}")
 
 
@@ -205,7 +209,8 @@ def write_expected(
     partition: Partition,
     events: Sequence[EventData],
     expected_version: int,
-    track_changes: bool = True,
+    track_changes: bool,
+    header_type: type[Stream],
 ) -> Steps[WriteResult]:
     if not isinstance(expected_version, int) or isinstance(expected_version, bool):
         raise TypeError(f"expected_version must be an int, got {expected_version!r}")
@@ -214,9 +219,9 @@ def write_expected(
     check_events(events)
     if expected_version == 0:
         # A new stream: the header insert itself fails if the stream exists.
-        stream = _stream.Stream(partition)
+        stream = header_type(partition)
     else:
-        found = yield from open_for_change(partition)
+        found = yield from open_for_change(partition, header_type)
         if found.version != expected_version:
             raise ConcurrencyConflictError(
                 partition, f"expected version {expected_version}, the stream is at {found.version}"

@@ -146,17 +146,17 @@ class Stream:
         partition: Partition, properties: Mapping[str, PropertyValue] | None = None
     ) -> StreamHeader:
         """Create an empty stream; see :meth:`streamstone_py.Stream.provision`."""
-        return await run(partition, _headers.provision(partition, properties))
+        return await run(partition, _headers.provision(partition, properties, StreamHeader))
 
     @staticmethod
     async def open(partition: Partition) -> StreamHeader:
         """Read the header; see :meth:`streamstone_py.Stream.open`."""
-        return await run(partition, _headers.open_stream(partition))
+        return await run(partition, _headers.open_stream(partition, StreamHeader))
 
     @staticmethod
     async def try_open(partition: Partition) -> StreamHeader | None:
         """Read the header or ``None``; see :meth:`streamstone_py.Stream.try_open`."""
-        return await run(partition, _headers.try_open(partition))
+        return await run(partition, _headers.try_open(partition, StreamHeader))
 
     @staticmethod
     async def exists(partition: Partition) -> bool:
@@ -178,7 +178,8 @@ class Stream:
         """Append events; see :meth:`streamstone_py.Stream.write`."""
         partition = target.partition if isinstance(target, StreamHeader) else target
         return await run(
-            partition, _writes.write_to(target, events, expected_version, track_changes)
+            partition,
+            _writes.write_to(target, events, expected_version, track_changes, StreamHeader),
         )
 
     @staticmethod
@@ -192,7 +193,7 @@ class Stream:
         partition: Partition, start_version: int = 1, slice_size: int = 1000
     ) -> StreamSlice:
         """Read one slice; see :meth:`streamstone_py.Stream.read`."""
-        return await run(partition, _reads.read(partition, start_version, slice_size))
+        return await run(partition, _reads.read(partition, start_version, slice_size, StreamHeader))
 
     @staticmethod
     async def set_properties(
@@ -215,4 +216,4 @@ class Stream:
         """Delete the whole stream, or finish an interrupted delete; see
         :meth:`streamstone_py.Stream.delete`."""
         partition = target.partition if isinstance(target, StreamHeader) else target
-        await run(partition, _maintenance.delete(target, batch_size))
+        await run(partition, _maintenance.delete(target, batch_size, StreamHeader))

@@ -549,7 +549,7 @@ class EngineMachine(RuleBasedStateMachine):
         live = [n for n, s in enumerate(self.model) if s.live]
         i = live[i % len(live)]
         s = self.model[i]
-        steps = _maintenance.delete(Stream.open(self.clean[i]), batch)
+        steps = _maintenance.delete(Stream.open(self.clean[i]), batch, Stream)
         result: object = None
         finished = False
         for _ in range(requests):

@@ -375,7 +375,7 @@ def test_write_without_answer_that_meets_a_tombstone_says_how_to_finish_the_dele
     stream = S.write(Stream(partition), *events("a")).stream
 
     def another_process_starts_a_delete_and_dies() -> None:
-        steps = _maintenance.delete(Stream.open(clean), 100)
+        steps = _maintenance.delete(Stream.open(clean), 100, Stream)
         _execute(clean.table, next(steps))  # only the tombstone
         steps.close()
 

@@ -99,7 +99,7 @@ def _read_with_a_write_between(
 ) -> Any:
     """Drive a read by hand: its header read and events query run in the given order,
     with another writer's append between them."""
-    steps = _reads.read(partition, start_version, slice_size)
+    steps = _reads.read(partition, start_version, slice_size, Stream)
     request = next(steps)
     assert isinstance(request, Parallel)
     get, query = request.requests
@@ -168,7 +168,7 @@ def _finish(partition: Partition, steps: Any, result: Any) -> Any:
 
 def test_point_reads_with_a_write_between_them_return_no_gap(partition: Partition) -> None:
     stream = write_events(partition, 4)
-    steps = _reads.read(partition, 5, 2)
+    steps = _reads.read(partition, 5, 2, Stream)
     request = next(steps)
     assert isinstance(request, Parallel)
     header_get, get5, get6 = request.requests
@@ -199,7 +199,7 @@ def test_a_truncation_between_header_and_events_gives_a_consistent_slice(
     partition: Partition, slice_size: int
 ) -> None:
     stream = write_events(partition, 6)
-    steps = _reads.read(partition, 2, slice_size)
+    steps = _reads.read(partition, 2, slice_size, Stream)
     request = next(steps)
     assert isinstance(request, Parallel)
     header = _execute_with(partition, request.requests[0])

@@ -169,7 +169,7 @@ def test_interrupted_delete_hides_the_stream_and_is_finished_later(table: TableC
     partition = Partition(table, "delete-crash")
     stale = write_events(partition, 30)
     # The tombstone, one query and one delete batch, then the process dies.
-    crash_after(table, _maintenance.delete(stale, 10), requests=3)
+    crash_after(table, _maintenance.delete(stale, 10, Stream), requests=3)
 
     assert Stream.try_open(partition) is None
     with pytest.raises(StreamNotFoundError):
@@ -205,7 +205,7 @@ def test_deleting_one_virtual_stream_leaves_its_neighbours(client: TableClient) 
 def test_interrupted_delete_is_finished_from_the_partition_alone(partition: Partition) -> None:
     stale = write_events(partition, 30)
     # The tombstone, one query and one delete batch (5 events, 5 ids), then the process dies.
-    crash_after(raw(partition), _maintenance.delete(stale, 10), requests=3)
+    crash_after(raw(partition), _maintenance.delete(stale, 10, Stream), requests=3)
     leftover = rows(partition)
     assert leftover["SS-HEAD"] == {"Version": 30, "SS_Deleted": True}
     assert sorted(k for k in leftover if k.startswith("SS-SE-")) == [

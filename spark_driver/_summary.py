@@ -1,0 +1,126 @@
+"""What a run reports: its figures as a table and an exit status, and the
+persisted rows they were computed from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Final
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ._settings import JobSettings
+
+__all__ = ["UNSETTLED_EXIT", "JobResult", "Summary"]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The figures of one run, computed from the outcome and output rows it wrote."""
+
+    messages_in: int
+    processed: int
+    duplicates: int
+    new_outputs: int
+    reemitted_outputs: int
+    dead_lettered: int
+    abandoned: int
+    faulted: int
+    conflicts_retried: int
+
+    @classmethod
+    def of(cls, outcomes: DataFrame, outputs: DataFrame) -> Summary:
+        """One aggregation over the outcome rows, and a count of the output rows.
+
+        An output row is new when its source message was stored by this run
+        (``completed``), and re-emitted when its source is only a duplicate
+        here: a copy of an output an earlier run (or attempt) wrote already.
+        """
+        status = F.col("status")
+
+        def count(name: str) -> Any:
+            return F.sum((status == name).cast("long"))
+
+        row = outcomes.agg(
+            F.count(F.lit(1)).alias("messages_in"),
+            count("completed").alias("processed"),
+            count("duplicate").alias("duplicates"),
+            count("dead_lettered").alias("dead_lettered"),
+            count("abandoned").alias("abandoned"),
+            count("faulted").alias("faulted"),
+            F.sum("conflicts").alias("conflicts_retried"),
+        ).first()
+        assert row is not None
+        figures = {k: int(v or 0) for k, v in row.asDict().items()}
+        stored = (
+            outcomes.where(status == "completed")
+            .select(F.col("key").alias("_key"), F.col("message_id").alias("_source"))
+            .distinct()
+        )
+        split = (
+            outputs.join(
+                stored,
+                (outputs["key"] == stored["_key"])
+                & (outputs["source_message_id"] == stored["_source"]),
+                "left",
+            )
+            .agg(
+                F.count(F.lit(1)).alias("all"),
+                F.count("_source").alias("new"),
+            )
+            .first()
+        )
+        assert split is not None
+        total, new = int(split["all"]), int(split["new"])
+        return cls(new_outputs=new, reemitted_outputs=total - new, **figures)
+
+    @property
+    def outputs(self) -> int:
+        """Every output row written: new and re-emitted."""
+        return self.new_outputs + self.reemitted_outputs
+
+    @property
+    def exit_status(self) -> int:
+        """0 if every message is settled (completed, duplicate or dead-lettered),
+        else :data:`UNSETTLED_EXIT` (some must be delivered again)."""
+        return UNSETTLED_EXIT if self.abandoned or self.faulted else 0
+
+    def table(self) -> str:
+        """The summary as a readable two-column table."""
+        labels = {
+            "messages_in": "messages in",
+            "processed": "processed (state changed)",
+            "duplicates": "duplicates (no change)",
+            "new_outputs": "output messages, new",
+            "reemitted_outputs": "output messages, re-emitted",
+            "dead_lettered": "dead-lettered",
+            "abandoned": "abandoned (handler error)",
+            "faulted": "faulted (in doubt)",
+            "conflicts_retried": "conflicts retried",
+        }
+        width = max(len(v) for v in labels.values())
+        lines = [f"  {labels[f.name]:<{width}}  {getattr(self, f.name):>10,}" for f in fields(self)]
+        rule = "  " + "-" * (width + 12)
+        return "\n".join([rule, *lines, rule])
+
+
+#: The exit status of a run that left messages abandoned or faulted.
+UNSETTLED_EXIT: Final = 3
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The persisted rows of one run: release them with :meth:`unpersist`."""
+
+    results: DataFrame
+    outputs: DataFrame
+    outcomes: DataFrame
+    settings: JobSettings
+    partitions: int
+
+    @property
+    def dead_letters(self) -> DataFrame:
+        return self.outcomes.where(F.col("status") == "dead_lettered")
+
+    def unpersist(self) -> None:
+        self.results.unpersist()

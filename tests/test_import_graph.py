@@ -1,0 +1,122 @@
+"""The packages' import graph: layered, and without a circle.
+
+``streamstone_py`` knows nothing of ``handlers`` or Spark, ``handlers``
+nothing of Spark, and inside each package no two modules import each other,
+directly or around a loop. Imports under ``if TYPE_CHECKING:`` are left out:
+they never run, so they cannot make the order of loading matter; they only
+name types for the checker.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Lowest first: a package may import only the ones before it.
+LAYERS = ("streamstone_py", "handlers", "spark_driver")
+
+
+def _runtime_nodes(tree: ast.Module) -> list[ast.AST]:
+    """Every node of the module except those under ``if TYPE_CHECKING:``."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return [node for node in ast.walk(tree) if id(node) not in skipped]
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The project modules ``path`` imports when it runs (package-relative resolved)."""
+    here = f"{package}.{path.stem}" if path.stem != "__init__" else package
+    found: set[str] = set()
+    for node in _runtime_nodes(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = here.split(".")
+                base = ".".join(parts[: len(parts) - node.level + (path.stem == "__init__")])
+                if node.module:
+                    found.add(f"{base}.{node.module}")
+                else:  # from . import _stream
+                    found.update(f"{base}.{alias.name}" for alias in node.names)
+            elif node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.split(".")[0] in LAYERS}
+
+
+def graph() -> dict[str, set[str]]:
+    modules: dict[str, set[str]] = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).glob("*.py")):
+            name = f"{package}.{path.stem}" if path.stem != "__init__" else package
+            modules[name] = _imports(path, package)
+    # Keep only edges to modules (``from x import name`` also listed x.name).
+    return {name: {m for m in targets if m in modules} for name, targets in modules.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle found by a depth-first walk, as the modules around it."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                found.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in graph().items()
+        for target in sorted(targets)
+        if LAYERS.index(target.split(".")[0]) > LAYERS.index(module.split(".")[0])
+    ]
+    assert upward == []
+
+
+def test_no_import_circle() -> None:
+    assert [" -> ".join(c) for c in cycles(graph())] == []
+
+
+def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
+    # The walk itself is tested on a made-up graph, so that an empty answer
+    # above means no circle, not a checker that finds none.
+    edges = {
+        "handlers._a": {"handlers._b"},
+        "handlers._b": {"handlers._c"},
+        "handlers._c": {"handlers._a"},
+        "handlers": {"handlers._a"},
+    }
+    assert cycles(edges) == [["handlers._a", "handlers._b", "handlers._c", "handlers._a"]]
+    # And the parser finds real edges of each kind: relative, absolute, package.
+    real = graph()
+    assert "handlers._fold" in real["handlers._processor"]
+    assert "streamstone_py" in real["handlers._processor"]
+    assert "handlers._processor" in real["handlers"]
+    assert "handlers" in real["spark_driver._executor"]
+
+
+def test_no_package_module_is_over_350_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for package in LAYERS
+        for path in sorted((ROOT / package).glob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > 350
+    }
+    assert long == {}
