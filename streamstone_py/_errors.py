@@ -1,4 +1,15 @@
-"""Every error the engine raises, in one place.
+"""Every error the engine raises, in one place, drawn once here::
+
+    StreamstoneError                        a storage outcome (.partition on all below)
+    ├── ConcurrencyConflictError            .reason, .current, .committed
+    │   └── StreamBeingDeletedError         a delete is pending: finish it
+    ├── DuplicateEventError                 .id, .committed
+    ├── IncludedOperationConflictError      .operation, .entity, .code, .committed
+    └── StreamNotFoundError                 .deleting
+
+``committed`` is what earlier transactions of a split write stored before
+this one failed (``None`` if nothing was); ``current`` is the header read
+just after a conflict.
 
 ``StreamstoneError`` is the root of the storage-outcome errors:
 

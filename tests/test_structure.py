@@ -1,4 +1,7 @@
-"""The packages' import graph: layered, and without a circle.
+"""The packages' structure: a layered import graph without a circle, modules
+of a readable size, and error trees drawn as the classes are.
+
+The import graph:
 
 ``streamstone_py`` knows nothing of ``handlers`` or Spark, ``handlers``
 nothing of Spark, and inside each package no two modules import each other,
@@ -10,7 +13,11 @@ name types for the checker.
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Lowest first: a package may import only the ones before it.
@@ -120,3 +127,37 @@ def test_no_package_module_is_over_350_lines() -> None:
         if (lines := len(path.read_text().splitlines())) > 350
     }
     assert long == {}
+
+
+def _drawn_tree(doc: str) -> dict[str, str]:
+    """Each class of a drawn error tree, with the class drawn as its parent."""
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for line in doc.splitlines():
+        found = re.match(r"^(\s*)((?:[│ ]   )*)(?:[├└]── )?([A-Z]\w*Error)\b", line)
+        if not found or not line.startswith("    "):
+            continue
+        depth = len(found.group(2)) // 4 + (1 if "──" in line else 0)
+        name = found.group(3)
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        parents[name] = stack[-1][1] if stack else ""
+        stack.append((depth, name))
+    return parents
+
+
+@pytest.mark.parametrize("package", ["streamstone_py", "handlers"])
+def test_each_error_tree_is_drawn_as_the_classes_are(package: str) -> None:
+    module = importlib.import_module(f"{package}._errors")
+    drawn = _drawn_tree(module.__doc__ or "")
+    exported = {
+        name
+        for name in importlib.import_module(package).__all__
+        if name.endswith("Error") and getattr(module, name, None) is not None
+    }
+    # Every public error of the package is drawn, under its nearest public base.
+    assert set(drawn) == exported
+    for name, parent in drawn.items():
+        cls = getattr(module, name)
+        public_bases = [b.__name__ for b in cls.__mro__[1:] if b.__name__ in exported]
+        assert parent == (public_bases[0] if public_bases else ""), name
