@@ -2,7 +2,8 @@
 
 ``python benchmarks/run_all.py [--quick]`` (``make bench`` / ``make bench-quick``)
 starts Azurite once, runs each ``bench_*.py`` script and ``profile_task.py``
-against it (each prints JSON lines, see BENCHMARKS.md), and writes:
+against it (each prints JSON lines, the format ``_common.py`` describes), and
+writes:
 
 - ``benchmarks/results/<date>.json`` (``<date>-quick.json`` for a quick run):
   the machine and every measurement;

@@ -24,9 +24,11 @@ class Stream:
     ETag).
 
     The verbs are static methods: ``Stream.provision``, ``Stream.open``,
-    ``Stream.try_open``, ``Stream.exists``, ``Stream.write``, ``Stream.read``,
-    ``Stream.set_properties``, ``Stream.truncate`` and ``Stream.delete``;
-    :mod:`streamstone_py.aio` has the same verbs as coroutines.
+    ``Stream.try_open``, ``Stream.exists``, ``Stream.find``, ``Stream.write``,
+    ``Stream.check_write``, ``Stream.read``, ``Stream.set_properties``,
+    ``Stream.truncate`` and ``Stream.delete``; :mod:`streamstone_py.aio` has
+    the same verbs as coroutines (``check_write`` sends nothing, so it stays a
+    plain function there).
     """
 
     __slots__ = ("etag", "first_version", "partition", "properties", "version")

@@ -157,7 +157,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.tokens = itertools.count(1)
         self.big = itertools.count()
         # Every event and property set differs from all others, so that no write
-        # is ever indistinguishable from one already stored (see the README).
+        # is ever indistinguishable from one already stored (see docs/streams.md).
         self.seq = itertools.count()
 
     # --- set up, check ------------------------------------------------------
