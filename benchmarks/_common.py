@@ -1,8 +1,8 @@
 """What every benchmark shares: an account, paired timing, and the JSON line format.
 
-See BENCHMARKS.md in the project docs: one JSON object per measurement on
-stdout, the peer measured in the same run beside the value, medians of
-repeats with min and max, and a correctness check that fails the run.
+Every script prints one JSON object per measurement on stdout, with the peer
+measured in the same run beside the value, medians of repeats with min and
+max; a correctness check that fails stops the run.
 """
 
 from __future__ import annotations
