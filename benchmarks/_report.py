@@ -394,8 +394,9 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
         out += [
             "## Profile of the task body",
             "",
-            f"cProfile over `process_partition` (what each Spark task runs) on {p['rows']:,} rows "
-            f"of {p['keys']:,} keys, {p['task_seconds']} s; internal time grouped by package.",
+            f"cProfile over `process_partition` (what each Spark task runs), one key at a time, "
+            f"on {p['rows']:,} rows of {p['keys']:,} keys, {p['task_seconds']} s; internal time "
+            "grouped by package.",
             "",
             "| group | share | seconds |",
             "|---|---|---|",

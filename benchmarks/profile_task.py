@@ -4,8 +4,9 @@ The body is ``spark_driver``'s ``process_partition``, what every task of the
 pipeline runs (rows of one partition, grouped by key, into
 ``Processor.process_batch``), called here in one process on the same kind of
 input as ``bench_spark.py`` so that the profile sees only the task, not
-Spark's scheduling. It prints one JSON line per cost group (its share of the
-task's time), the largest first, then the top functions.
+Spark's scheduling, with one key at a time (``concurrency=1``) so that the
+profile sees every call. It prints one JSON line per cost group (its share of
+the task's time), the largest first, then the top functions.
 
 Run: ``python benchmarks/profile_task.py [--quick]``.
 """
@@ -72,7 +73,9 @@ def group(filename: str, function: str) -> str:
 
 
 def profile(table: str, work: list[dict[str, Any]]) -> tuple[pstats.Stats, float, Counter[str]]:
-    settings = JobSettings(table=table, handler="shooting_range")
+    # One key at a time: cProfile sees only the thread that enabled it, and
+    # with keys in flight the task's own thread would only wait on the others.
+    settings = JobSettings(table=table, handler="shooting_range", concurrency=1)
     profiler = cProfile.Profile()
     start = time.perf_counter()
     profiler.enable()
