@@ -31,6 +31,7 @@ __all__ = [
     "account",
     "check",
     "emit",
+    "entity_bytes",
     "log",
     "machine",
     "paired",
@@ -125,6 +126,26 @@ def emit(
     }
     print(json.dumps(record), flush=True)
     return record
+
+
+def entity_bytes(row: dict[str, Any]) -> int:
+    """Azure's documented entity size: keys, then each property's name and value."""
+    size = 4 + 2 * (len(row["PartitionKey"]) + len(row["RowKey"]))
+    for name, value in row.items():
+        if name in ("PartitionKey", "RowKey"):
+            continue
+        if isinstance(value, bool):
+            value_size = 1
+        elif isinstance(value, str):
+            value_size = 4 + 2 * len(value)
+        elif isinstance(value, bytes):
+            value_size = 4 + len(value)
+        elif isinstance(value, int) and -(2**31) <= value < 2**31:
+            value_size = 4
+        else:  # Int64, Double, DateTime
+            value_size = 8
+        size += 8 + 2 * len(name) + value_size
+    return size
 
 
 class CountingTransport(RequestsTransport):  # type: ignore[misc]

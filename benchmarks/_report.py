@@ -53,6 +53,11 @@ def table(records: Iterable[Record]) -> list[str]:
     return lines
 
 
+def _section(title: str, intro: str, image: str, records: Iterable[Record]) -> list[str]:
+    """A report section: heading, what was measured, its plot, its table."""
+    return [f"## {title}", "", intro, "", image, "", *table(records), ""]
+
+
 def _plot(path: Path, draw: Callable[[Any], None]) -> None:
     figure, axes = plt.subplots(figsize=(7, 4.2), dpi=110)
     draw(axes)
@@ -153,6 +158,26 @@ def targets(records: list[Record]) -> list[str]:
         lambda x: x <= 0.5,
         0.5,
     )
+    for r in _find(records, "storage.compression.bytes"):
+        add(
+            f"compressed state ({r['params']['state']}) vs uncompressed (bytes per message)",
+            "≤ 0.5x",
+            r["ratio"],
+            lambda x: x <= 0.5,
+            0.5,
+        )
+    bounded = sorted(
+        _find(records, "storage.retention.rows_per_key"), key=lambda r: r["params"]["batch"]
+    )
+    if bounded:
+        # Bounded: the second half of the batches adds no rows per key.
+        last, middle = bounded[-1], bounded[len(bounded) // 2]
+        verdict = "met" if last["value"] <= middle["value"] else "**missed**"
+        rows.append(
+            f"| rows per key after {last['params']['batch']} micro-batches, keep_last="
+            f"{last['params']['keep_last']} (no retention: {_num(last['peer_value'])}) "
+            f"| bounded | {_num(last['value'])} | {verdict} |"
+        )
     add(
         "Spark pipeline vs raw batch inserts (throughput)",
         "≥ 0.5x",
@@ -178,6 +203,12 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
         "Every value is the median of its repeats (n), with min-max; every peer was "
         "measured in the same run, beside it, on the same input, against the same Azurite; "
         "ratio = value / peer. Absolute figures belong to this machine; compare ratios.",
+        *(
+            f" `{r['script']}` was run again on {r['started'][:16].replace('T', ' ')} UTC "
+            f"({r['minutes']} minutes, `run_all.py --rerun`): its figures, and their peers, "
+            "come from that run."
+            for r in result.get("reruns", [])
+        ),
         "",
         "| machine | |",
         "|---|---|",
@@ -285,17 +316,13 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
             ax.set_title("handler throughput: the cost of exactly-once")
 
         _plot(images / "handlers.png", draw_handlers)
-        out += [
-            "## Handlers: throughput and round trips, beside a naive handler",
-            "",
+        out += _section(
+            "Handlers: throughput and round trips, beside a naive handler",
             "The naive handler reads its state row, applies the message and writes the row back: "
             "no message ids, no versions, so a duplicate changes the state twice.",
-            "",
             f"![handler throughput]({name}/handlers.png)",
-            "",
-            *table(handlers),
-            "",
-        ]
+            handlers,
+        )
 
     spark = [r for r in records if r["name"].startswith("spark.")]
     if spark:
@@ -382,6 +409,68 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
             *table(sizes),
             "",
         ]
+
+    codec = [r for r in records if r["name"].startswith("storage.codec.")]
+    compressed = [r for r in records if r["name"].startswith("storage.compression.")]
+    if compressed:
+
+        def draw_compression(ax: Any) -> None:
+            series = [r for r in compressed if r["name"] == "storage.compression.bytes"]
+            labels = [r["params"]["state"] for r in series]
+            xs = range(len(series))
+            ax.bar([x - 0.2 for x in xs], [r["peer_value"] for r in series], 0.4, label="as is")
+            ax.bar([x + 0.2 for x in xs], [r["value"] for r in series], 0.4, label="zlib")
+            ax.set_xticks(list(xs), labels)
+            ax.set_yscale("log")
+            ax.set_xlabel("state size (encoded)")
+            ax.set_ylabel("stored bytes per message")
+            ax.set_title("compressed states: storage per message")
+            ax.legend()
+
+        _plot(images / "compression.png", draw_compression)
+        out += _section(
+            "Compressed states",
+            "A portfolio dataclass (positions of symbols, accounts, quantities, prices and "
+            "dates), one trade per message, 5 messages to a batch. First the codecs on the "
+            'encoded state alone, then the runtime with `compression="zlib"` beside the '
+            "same messages stored as they are.",
+            f"![compressed states]({name}/compression.png)",
+            codec + compressed,
+        )
+
+    retention = [r for r in records if r["name"].startswith("storage.retention.")]
+    if retention:
+        by_batch = sorted(
+            (r["params"]["batch"], r["value"], r["peer_value"])
+            for r in retention
+            if r["name"] == "storage.retention.rows_per_key"
+        )
+
+        def draw_retention(ax: Any) -> None:
+            xs = [b[0] for b in by_batch]
+            ax.plot(xs, [b[2] for b in by_batch], "o-", label="no retention")
+            ax.plot(xs, [b[1] for b in by_batch], "s-", label="keep_last=4 in the job")
+            ax.set_xlabel("micro-batch")
+            ax.set_ylabel("rows per key (mean of a sample)")
+            ax.set_title("storage per key over micro-batches")
+            ax.legend()
+
+        _plot(images / "retention.png", draw_retention)
+        shown = [r for r in retention if r["name"] != "storage.retention.rows_per_key"]
+        shown += [
+            r
+            for r in retention
+            if r["name"] == "storage.retention.rows_per_key"
+            and r["params"]["batch"] in (1, 2, 3, by_batch[-1][0])
+        ]
+        out += _section(
+            "Retention inside the job",
+            "The task body (`process_partition`) over micro-batches of 2 messages per key, "
+            "with `keep_last=4` beside the same batches without retention (each batch runs "
+            "both, alternating which goes first).",
+            f"![rows per key over micro-batches]({name}/retention.png)",
+            shown,
+        )
 
     asyncs = _find(records, "stream.write.async")
     if asyncs:

@@ -29,7 +29,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from _common import CountingTransport, account, check, emit, log, quick, timed
+from _common import CountingTransport, account, check, emit, entity_bytes, log, quick, timed
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 
@@ -241,26 +241,6 @@ def bench_keys(service: TableServiceClient, counts: list[int], total: int, repea
 def blob(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
     state["n"] = state.get("n", 0) + 1
     state["blob"] = ctx.random().randbytes(message.body["size"])
-
-
-def entity_bytes(row: dict[str, Any]) -> int:
-    """Azure's documented entity size: keys, then each property's name and value."""
-    size = 4 + 2 * (len(row["PartitionKey"]) + len(row["RowKey"]))
-    for name, value in row.items():
-        if name in ("PartitionKey", "RowKey"):
-            continue
-        if isinstance(value, bool):
-            value_size = 1
-        elif isinstance(value, str):
-            value_size = 4 + 2 * len(value)
-        elif isinstance(value, bytes):
-            value_size = 4 + len(value)
-        elif isinstance(value, int) and -(2**31) <= value < 2**31:
-            value_size = 4
-        else:  # Int64, Double, DateTime
-            value_size = 8
-        size += 8 + 2 * len(name) + value_size
-    return size
 
 
 def bench_bytes(table: TableClient, sizes: list[int], messages: int) -> None:

@@ -32,6 +32,7 @@ from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
+from ._reading import scan_keys, scan_states
 from ._store import StateStore, StoredVersion
 
 __all__ = [
@@ -59,4 +60,6 @@ __all__ = [
     "StoredVersion",
     "TablePublisher",
     "handler",
+    "scan_keys",
+    "scan_states",
 ]

@@ -32,6 +32,7 @@ from streamstone_py import (
 )
 
 from ._codec import digest, pack
+from ._compression import pack_stored
 from ._context import HandlerContext
 from ._errors import DuplicateOutsideWindowError, HandlerError, NonDeterministicHandlerError
 from ._message import Message
@@ -125,12 +126,13 @@ class Folder:
         limits and against what the publisher can deliver."""
         self._check_outputs(context.outputs)
         encoded_outputs = pack([o.encode() for o in context.outputs])
+        stored = pack_stored(state, self.strategy.store.compression)
         properties: dict[str, Any] = {
             "MessageType": message.type,
             "Now": context.now(),
             "Digest": digest(encoded_outputs),
             ID_SCHEME: context.id_scheme,
-            **split_binary(STATE, state),
+            **split_binary(STATE, stored),
         }
         if context.captures:
             properties["Captures"] = pack(context.captures)
@@ -138,7 +140,7 @@ class Folder:
             id=message.id,
             properties=properties,
             includes=self.strategy.includes(message.id, encoded_outputs),
-            stream_properties={**header, **split_binary(STATE, state)},
+            stream_properties={**header, **split_binary(STATE, stored)},
         )
         Stream.check_write(stream, event)
         return event

@@ -57,6 +57,8 @@ class KeyState(Generic[S]):
     key: str
     version: int
     state: S
+    #: When the key's header last changed (known to a scan; else None).
+    updated: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

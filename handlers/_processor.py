@@ -3,19 +3,16 @@ however often it is delivered.
 
 ``process_batch(key, messages)`` reads the key's stream once (its header holds
 the newest state), folds the messages in memory, writes all new versions in
-one conditional transaction (split only when too large; then each
-transaction's header holds the state as of its own last message, so a batch
-cut short leaves a header that agrees with what is stored), and publishes
-last:
+one conditional transaction (split only when too large: each transaction's
+header then holds the state as of its own last message), and publishes last:
 
 - a message already stored is found by the write itself (its id row exists):
   the processor loads the state from just before it was first processed,
   handles it again with the recorded context, checks that the outputs match
   the recorded digest, and republishes them (outbox strategy: it republishes
   the stored outputs if they were not dispatched yet, else nothing);
-- a rival writer (another worker with the same key) makes the write fail
-  with a conflict before anything is published: reload and fold again,
-  keeping what earlier transactions of a split write committed;
+- a rival writer makes the write fail with a conflict before anything is
+  published: reload and fold again, keeping what a split write committed;
 - a handler that fails on the newest state may be failing on a duplicate
   whose original is stored: the id is looked up first, and a stored message
   is replayed on the state before its original;
@@ -23,13 +20,9 @@ last:
   outputs the redelivered message republishes, and never a published output
   whose state is absent.
 
-``process(message)`` is ``process_batch`` of one message.
-
-The processor reads as the seed's LoadState, invoke, StoreState, Publish; the
-pieces live beside it: ``_cache.BatchHeader`` picks the header a batch folds
-over (LoadState), ``_fold`` decides each message and invokes the handler
-through ``_replay``, ``_strategy`` holds what the state-based and outbox
-strategies do differently, and ``_retention`` removes old versions.
+It reads as the seed's LoadState (``_cache.BatchHeader``), invoke (``_fold``
+through ``_replay``), StoreState and Publish; ``_strategy`` holds what the two
+strategies do differently, ``_retention`` removes old versions.
 """
 
 from __future__ import annotations
@@ -52,6 +45,7 @@ from streamstone_py import (
 )
 
 from ._cache import BatchHeader, HeaderCache
+from ._compression import Compression
 from ._errors import NonDeterministicHandlerError
 from ._fold import Folder, confirmed_by_write, keep_committed
 from ._handler import Handler
@@ -104,12 +98,12 @@ class Processor(Generic[S]):
     so a rerun can emit them again; retention may then remove the version).
 
     ``cache`` (a :class:`HeaderCache`, shareable between processors and
-    threads) keeps the headers this worker wrote: a key's next batch is
-    written conditionally on the cached header without reading it first, and
-    a key the cache has not seen is written as a new stream. A refused write
-    (another writer moved the stream) drops the entry and reads. Outcomes that
-    no write confirms (an abandoned message, a duplicate) are only ever
-    decided on a header read in this call.
+    threads): a key's next batch is written conditionally on its cached
+    header without reading first, and a key not seen is written as a new
+    stream; a refused write drops the entry and reads. Outcomes no write
+    confirms (abandoned, duplicate) are only decided on a header read.
+    ``compression="zlib"`` stores new states and outbox outputs compressed
+    (when smaller); reads take both forms, whatever the setting.
     """
 
     def __init__(
@@ -126,6 +120,7 @@ class Processor(Generic[S]):
         store: StateStore | None = None,
         dispatch: Dispatch = "after_publish",
         cache: HeaderCache | None = None,
+        compression: Compression = None,
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -143,7 +138,7 @@ class Processor(Generic[S]):
         self.retry = retry or RetryPolicy()
         self.max_attempts = max_attempts
         self.late_duplicates = late_duplicates
-        self.store = store or StateStore(table, handler.name, self.retry)
+        self.store = store or StateStore(table, handler.name, self.retry, compression)
         self.cache = cache
         self.stats = ProcessorStats()
         self._strategy = strategy_of(strategy, Replayer(handler, self.store), dispatch)
@@ -164,10 +159,8 @@ class Processor(Generic[S]):
     # --- reading ----------------------------------------------------------------
 
     def current_state(self, key: str) -> KeyState[S]:
-        """A key's newest state and version, in one round trip (the header).
-
-        A key never written has version 0 and the handler's initial state.
-        """
+        """A key's newest state and version, in one round trip (the header); a key
+        never written has version 0 and the handler's initial state."""
         return key_state(self.handler, key, self.store.open(self.store.partition(key)))
 
     def history(self, key: str, *, page_size: int = 1000) -> Iterator[KeyVersion[S]]:
@@ -324,27 +317,33 @@ class Processor(Generic[S]):
     # --- retention ------------------------------------------------------------------
 
     def retain(
-        self, key: str, *, keep_last: int | None = None, older_than: timedelta | None = None
+        self,
+        key: str,
+        *,
+        keep_last: int | None = None,
+        older_than: timedelta | None = None,
+        keep_from: int | None = None,
     ) -> int:
         """Remove old versions of a key's stream; the newest state always stays.
 
         ``keep_last=N`` answers the duplicates of the last ``N`` messages, and
         ``older_than`` those of every message processed less than that long
-        ago (either bound alone, or both: a version stays if either keeps it).
-        The state strategy replays a duplicate on the state before its
-        original, so it also keeps the version before the oldest one answered
-        (a duplicate of that version itself is refused as outside the window).
-        The outbox strategy never removes a version whose outputs were not
-        dispatched yet, nor any version after it. Outbox rows of removed
-        versions go first, then the versions (``Stream.truncate``).
+        ago (a version stays if either bound keeps it); ``keep_from`` keeps
+        that version and every later one whatever the bounds (a Spark task
+        passes the oldest version its batch touched, as a retry delivers the
+        same messages again). The state strategy also keeps the version before
+        the oldest one answered, as it replays a duplicate on it. The outbox
+        strategy never removes a version whose outputs were not dispatched,
+        nor any after it; it removes outbox rows first, then the versions.
 
         Returns how many versions this call removed. The cut is recorded in
-        the header (``RetainCut``) before anything is removed, and a later
-        call finishes a recorded cut whatever its own bounds: an interrupted
-        call is finished by calling again, with any arguments. Ids of removed
-        versions no longer detect duplicates: the header's ``Watermark``
-        records the newest removed ``Now``, and a message whose ``sent_at``
-        header is not after it is refused (``late_duplicates="refuse"``) or
-        handled as new.
+        the header (``RetainCut``) before anything is removed, and any later
+        call finishes it: an interrupted call is finished by calling again.
+        Ids of removed versions no longer detect duplicates: the header's
+        ``Watermark`` records the newest removed ``Now``, and a message whose
+        ``sent_at`` header is not after it is refused
+        (``late_duplicates="refuse"``) or handled as new. With a
+        :class:`HeaderCache` showing nothing to remove under ``keep_last``
+        alone, the call makes no request.
         """
-        return retain(self._strategy, self.cache, self._now, key, keep_last, older_than)
+        return retain(self._strategy, self.cache, self._now, key, keep_last, older_than, keep_from)

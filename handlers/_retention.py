@@ -36,19 +36,26 @@ def retain(
     key: str,
     keep_last: int | None,
     older_than: timedelta | None,
+    keep_from: int | None = None,
 ) -> int:
     """What :meth:`Processor.retain` does (documented there): returns how many
     versions this call removed."""
     check_bounds(keep_last, older_than)
+    if keep_from is not None and (
+        not isinstance(keep_from, int) or isinstance(keep_from, bool) or keep_from < 1
+    ):
+        raise ValueError(f"keep_from must be an int >= 1, got {keep_from!r}")
     store = strategy.store
     partition = store.partition(key)
     if cache is not None:
+        if older_than is None and _nothing_to_remove(cache.get(partition), keep_last, keep_from):
+            return 0
         cache.drop(partition)  # the header changes below; put back at the end
     stream = store.open(partition)
     if stream is None:
         return 0
     first = stream.first_version
-    removed = _removable(strategy, now, stream, keep_last, older_than)
+    removed = _removable(strategy, now, stream, keep_last, older_than, keep_from)
     if removed:
         cut = removed[-1].version + 1
         stream = _record_cut(strategy, stream, max(r.now for r in removed), cut)
@@ -63,12 +70,31 @@ def retain(
     return len(removed)
 
 
+def _nothing_to_remove(cached: Stream | None, keep_last: int | None, keep_from: int | None) -> bool:
+    """Whether the header this worker last saw shows that a ``keep_last`` call
+    would remove nothing (no request needed). A stale header only ever
+    postpones a removal to a later call: it never removes more."""
+    if cached is None or keep_last is None:
+        return False
+    first = cached.first_version
+    recorded = cached.properties.get(RETAIN_CUT)
+    if isinstance(recorded, int) and recorded > first:
+        return False  # an interrupted cut to finish
+    # Versions below ``cut`` would go; the state strategy also keeps the one
+    # before the oldest kept (the outbox strategy may remove it: one is left over).
+    cut = cached.version - keep_last
+    if keep_from is not None:
+        cut = min(cut, keep_from - 1)
+    return cut <= first
+
+
 def _removable(
     strategy: Strategy,
     now: Callable[[], datetime],
     stream: Stream,
     keep_last: int | None,
     older_than: timedelta | None,
+    keep_from: int | None = None,
 ) -> list[StoredVersion]:
     """The versions retention may remove now, oldest first: ``[first, cut)``.
 
@@ -80,6 +106,8 @@ def _removable(
     cut = stream.version + 1
     if keep_last is not None:
         cut = min(cut, max(first, stream.version - keep_last + 1))
+    if keep_from is not None:
+        cut = min(cut, max(first, keep_from))
     recorded = stream.properties.get(RETAIN_CUT)
     started = recorded if isinstance(recorded, int) and first < recorded else first
     started = min(started, stream.version + 1)

@@ -43,6 +43,7 @@ from streamstone_py import (
 )
 
 from ._codec import unpack
+from ._compression import Compression, check_compression, unpack_stored
 
 __all__ = ["OutboxRecord", "StateStore", "StoredVersion"]
 
@@ -83,7 +84,7 @@ class StoredVersion:
             now=now,
             captures=unpack(captures) if isinstance(captures, bytes) else {},
             digest=digest,
-            state=join_binary(STATE, props),
+            state=unpack_stored(join_binary(STATE, props)),
             id_scheme=id_scheme,
         )
 
@@ -99,10 +100,19 @@ class OutboxRecord:
 class StateStore:
     """The processor's storage calls, one method per round trip."""
 
-    def __init__(self, table: TableClient, handler_name: str, retry: RetryPolicy) -> None:
+    def __init__(
+        self,
+        table: TableClient,
+        handler_name: str,
+        retry: RetryPolicy,
+        compression: Compression = None,
+    ) -> None:
+        check_compression(compression)
         self.table = table
         self.handler_name = handler_name
         self.retry = retry
+        #: How new states and outbox outputs are stored (reads take any).
+        self.compression: Compression = compression
 
     def partition(self, key: str) -> Partition:
         return Partition(self.table, key, self.handler_name, retry=self.retry)
@@ -127,7 +137,7 @@ class StateStore:
             row = self.table.get_entity(partition.partition_key, self.outbox_row_key(message_id))
         except ResourceNotFoundError:
             return None
-        outputs = join_binary("Outputs", row) if "Outputs_Parts" in row else None
+        outputs = unpack_stored(join_binary("Outputs", row)) if "Outputs_Parts" in row else None
         return OutboxRecord(outputs, bool(row.get("Dispatched")))
 
     def outbox_include(self, message_id: str, outputs: dict[str, Any]) -> Include:

@@ -20,6 +20,7 @@ from typing import Any
 from streamstone_py import Include, IncludedOperationConflictError, Partition, split_binary
 
 from ._codec import unpack
+from ._compression import pack_stored
 from ._errors import DuplicateOutsideWindowError
 from ._message import Message
 from ._outcome import Dispatch, Found, Step, StrategyName
@@ -156,7 +157,8 @@ class Outbox(Strategy):
         return True
 
     def includes(self, message_id: str, encoded_outputs: bytes) -> list[Include]:
-        outputs: dict[str, Any] = split_binary("Outputs", encoded_outputs)
+        stored = pack_stored(encoded_outputs, self.store.compression)
+        outputs: dict[str, Any] = split_binary("Outputs", stored)
         return [self.store.outbox_include(message_id, outputs)]
 
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:

@@ -1,5 +1,13 @@
 """Helpers for testing handlers and the runtime against a reference.
 
+:func:`check_handler` is the first thing to run on a new handler: it handles
+each message twice on the same state, as a duplicate would be, and in
+subprocesses with other string-hash seeds, and reports every field in which
+the state or the outputs differ::
+
+    report = check_handler(shooting_range, messages)
+    report.raise_for_differences()
+
 :func:`replay_load` is the seed's LoadState, done the slow way: it reads a
 key's stream from its first version and stops at the message's own version.
 :meth:`Processor.load_state` must agree with it on every history; it takes
@@ -14,10 +22,11 @@ from typing import TypeVar
 
 from streamstone_py import Stream
 
+from ._determinism import Difference, HandlerReport, check_handler
 from ._processor import Processor
 from ._store import StoredVersion
 
-__all__ = ["replay_load"]
+__all__ = ["Difference", "HandlerReport", "check_handler", "replay_load"]
 
 S = TypeVar("S")
 

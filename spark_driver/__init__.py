@@ -13,7 +13,8 @@ token or a managed identity); see :class:`JobSettings`.
 
 from ._job import INPUT_SCHEMA, process_messages, read_messages, run_batch, write_result
 from ._session import session
-from ._settings import JobSettings, resolve_handler
+from ._settings import JobSettings, parse_duration, resolve_handler
+from ._states import read_history, read_states
 from ._stream import run_stream
 from ._summary import JobResult, Summary
 
@@ -22,8 +23,11 @@ __all__ = [
     "JobResult",
     "JobSettings",
     "Summary",
+    "parse_duration",
     "process_messages",
+    "read_history",
     "read_messages",
+    "read_states",
     "resolve_handler",
     "run_batch",
     "run_stream",

@@ -133,6 +133,25 @@ def main(argv: list[str] | None = None) -> int:
         default=8,
         help="keys in flight at once inside each task (one thread each; 1: one key at a time)",
     )
+    run.add_argument(
+        "--keep-last",
+        type=int,
+        metavar="N",
+        help="after each key's batch, remove its versions but the last N (the ones the batch "
+        "touched always stay); duplicates of removed versions are no longer recognised",
+    )
+    run.add_argument(
+        "--retain-for",
+        metavar="DURATION",
+        help="after each key's batch, remove its versions processed longer ago than this "
+        "(7d, 36h, 1h30m, 90s); with --keep-last a version stays if either keeps it",
+    )
+    run.add_argument(
+        "--compression",
+        choices=["zlib"],
+        help="store new states and outbox outputs compressed (default: as they are; "
+        "either form reads back)",
+    )
     run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
     run.add_argument(
         "--master",
@@ -172,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     from ._job import run_batch
     from ._logs import configure as configure_logging
     from ._session import session
-    from ._settings import JobSettings, resolve_handler
+    from ._settings import JobSettings, parse_duration, resolve_handler
     from ._stream import run_stream
 
     if args.partitions < 1:
@@ -181,6 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--concurrency must be >= 1, got {args.concurrency}")
     if args.stream and not args.checkpoint:
         parser.error("--stream needs --checkpoint")
+    if args.keep_last is not None and args.keep_last < 0:
+        parser.error(f"--keep-last must be >= 0, got {args.keep_last}")
+    retain_for = None
+    if args.retain_for is not None:
+        try:
+            retain_for = parse_duration(args.retain_for)
+        except ValueError as exc:
+            parser.error(f"--retain-for: {exc}")
     try:
         resolve_handler(args.handler)
     except ValueError as exc:
@@ -201,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
         fail_fast=args.fail_fast,
         log_level=args.log_level,
         concurrency=args.concurrency,
+        keep_last=args.keep_last,
+        retain_for=retain_for,
+        compression=args.compression,
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)

@@ -6,24 +6,30 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import logging
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 
 from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
-from streamstone_py import TableConfig, check_key
+from streamstone_py import StreamstoneError, TableConfig, check_key
 
 from ._logs import configure as configure_logging
 from ._settings import JobSettings, resolve_handler
 
-__all__ = ["OUTCOME", "OUTPUT", "mark_partition", "process_partition"]
+__all__ = ["OUTCOME", "OUTPUT", "RETENTION", "mark_partition", "process_partition"]
 
 OUTPUT = "output"
 OUTCOME = "outcome"
+#: One row per key retention ran for: ``version`` holds how many versions it removed.
+RETENTION = "retention"
+
+_log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _clients: dict[str, TableClient] = {}
@@ -141,6 +147,7 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         # driver marks outputs dispatched after the commit (mark_partition).
         dispatch="by_caller",
         cache=_cache if settings.header_cache else None,
+        compression=settings.compression,
     )
 
 
@@ -155,6 +162,7 @@ def _process_key(
     """One key's rows: its dead letters, then its outcomes and outputs, in order."""
     out: list[tuple[Any, ...]] = []
     messages: list[Message] = []
+    done: list[Outcome] = []
     for row in rows:
         message, reason = _parse(row, processor.handler.accepts)
         if message is None:
@@ -170,6 +178,7 @@ def _process_key(
         outcomes = processor.process_batch(key, messages[start : start + settings.batch_size])
         # On the batch's first outcome row, so the outcome rows add up to the run's total.
         conflicts = processor.stats.conflicts_retried - conflicts_before
+        done.extend(outcomes)
         for outcome in outcomes:
             if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
                 raise RuntimeError(
@@ -189,7 +198,37 @@ def _process_key(
                 )
             )
             conflicts = 0
+    if settings.retains and done:
+        out.append(_retain(processor, key, done, settings))
     return out
+
+
+def _retain(
+    processor: Processor[Any], key: str, outcomes: list[Outcome], settings: JobSettings
+) -> tuple[Any, ...]:
+    """Retention for a key right after its batch; the row says what it removed.
+
+    Every version the batch touched stays (``keep_from``): until the job
+    commits, Spark may run the task again and deliver the same messages,
+    which must still be found. A message in doubt (faulted) may be stored at
+    a version no outcome names, so its key waits for a later run. A failed
+    call only postpones the removal: the next one finishes it.
+    """
+    if any(o.status == "faulted" for o in outcomes):
+        return (RETENTION, None, key, None, None, 0, "skipped: a message is in doubt (faulted)",
+                None, None, None)  # fmt: skip
+    touched = [o.version for o in outcomes if o.version is not None]
+    try:
+        removed = processor.retain(
+            key,
+            keep_last=settings.keep_last,
+            older_than=settings.retain_for,
+            keep_from=min(touched) if touched else None,
+        )
+    except (AzureError, StreamstoneError) as exc:
+        _log.warning("retention of key %r failed, a later run finishes it: %r", key, exc)
+        return (RETENTION, None, key, None, None, 0, f"failed: {exc!r}", None, None, None)
+    return (RETENTION, None, key, None, None, removed, None, None, None, None)
 
 
 def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:

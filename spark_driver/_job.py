@@ -197,7 +197,7 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
     written = {name: spark.read.format(output_format).load(f"{output}/{name}") for name in parts}
     if result.settings.strategy == "outbox":
         _mark_dispatched(written["outcomes"], result.settings, result.partitions)
-    summary = Summary.of(written["outcomes"], written["outputs"])
+    summary = Summary.of(written["outcomes"], written["outputs"], result.retention)
     marker = spark.createDataFrame([asdict(summary)])
     marker.coalesce(1).write.mode("overwrite").json(f"{output}/summary")
     return summary

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Literal
 
 from handlers import Handler
 
-__all__ = ["JobSettings", "resolve_handler"]
+__all__ = ["JobSettings", "parse_duration", "resolve_handler"]
 
 #: The Spark master when neither the caller nor a launcher chose one.
 LOCAL_MASTER = "local[2]"
@@ -61,9 +63,47 @@ class JobSettings:
     concurrency: int = 8
     #: Keep each worker's stream headers between batches (see handlers.HeaderCache).
     header_cache: bool = True
+    #: Retention right after each key's batch, in the same task (None: never):
+    #: keep the last N versions, and/or those processed within this long. The
+    #: versions the batch itself touched always stay until a later run.
+    keep_last: int | None = None
+    retain_for: timedelta | None = None
+    #: How new states and outbox outputs are stored (see handlers.Processor).
+    compression: Literal["zlib"] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
             raise TypeError(f"concurrency must be an int, got {self.concurrency!r}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.keep_last is not None and (
+            isinstance(self.keep_last, bool)
+            or not isinstance(self.keep_last, int)
+            or self.keep_last < 0
+        ):
+            raise ValueError(f"keep_last must be an int >= 0, got {self.keep_last!r}")
+        if self.retain_for is not None and (
+            not isinstance(self.retain_for, timedelta) or self.retain_for < timedelta(0)
+        ):
+            raise ValueError(f"retain_for must be a timedelta >= 0, got {self.retain_for!r}")
+        if self.compression not in (None, "zlib"):
+            raise ValueError(f"compression must be None or 'zlib', got {self.compression!r}")
+
+    @property
+    def retains(self) -> bool:
+        """Whether each key's batch is followed by retention."""
+        return self.keep_last is not None or self.retain_for is not None
+
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"7d"``, ``"36h"``, ``"1h30m"``, ``"90s"``: days, hours, minutes, seconds."""
+    found = _DURATION.fullmatch(text.strip())
+    if not text.strip() or found is None:
+        raise ValueError(
+            f"duration {text!r} is not like 7d, 36h, 1h30m or 90s (days, hours, minutes, seconds)"
+        )
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in found.groups())
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)

@@ -27,9 +27,13 @@ class Summary:
     abandoned: int
     faulted: int
     conflicts_retried: int
+    #: Versions removed by the job's own retention (``keep_last``/``retain_for``).
+    versions_removed: int = 0
 
     @classmethod
-    def of(cls, outcomes: DataFrame, outputs: DataFrame) -> Summary:
+    def of(
+        cls, outcomes: DataFrame, outputs: DataFrame, retention: DataFrame | None = None
+    ) -> Summary:
         """One aggregation over the outcome rows, and a count of the output rows.
 
         An output row is new when its source message was stored by this run
@@ -72,7 +76,14 @@ class Summary:
         )
         assert split is not None
         total, new = int(split["all"]), int(split["new"])
-        return cls(new_outputs=new, reemitted_outputs=total - new, **figures)
+        removed = 0
+        if retention is not None:
+            summed = retention.agg(F.sum("removed")).first()
+            assert summed is not None
+            removed = int(summed[0] or 0)
+        return cls(
+            new_outputs=new, reemitted_outputs=total - new, versions_removed=removed, **figures
+        )
 
     @property
     def outputs(self) -> int:
@@ -97,6 +108,7 @@ class Summary:
             "abandoned": "abandoned (handler error)",
             "faulted": "faulted (in doubt)",
             "conflicts_retried": "conflicts retried",
+            "versions_removed": "versions removed (retention)",
         }
         width = max(len(v) for v in labels.values())
         lines = [f"  {labels[f.name]:<{width}}  {getattr(self, f.name):>10,}" for f in fields(self)]
@@ -121,6 +133,14 @@ class JobResult:
     @property
     def dead_letters(self) -> DataFrame:
         return self.outcomes.where(F.col("status") == "dead_lettered")
+
+    @property
+    def retention(self) -> DataFrame:
+        """One row per key the job's retention ran for: ``key``, ``removed`` and
+        ``reason`` (why nothing was removed: skipped or failed; else null)."""
+        return self.results.where(F.col("kind") == "retention").select(
+            "key", F.col("version").alias("removed"), "reason"
+        )
 
     def unpersist(self) -> None:
         self.results.unpersist()

@@ -29,6 +29,7 @@ from ._errors import (
 from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
 from ._partition import Partition, check_key
 from ._retry import RetryPolicy
+from ._scan import ScannedStream
 from ._shard import Shard
 from ._stream import Stream
 from ._values import PropertyValue
@@ -44,6 +45,7 @@ __all__ = [
     "RecordedEvent",
     "RedactSecrets",
     "RetryPolicy",
+    "ScannedStream",
     "Shard",
     "Stream",
     "StreamBeingDeletedError",

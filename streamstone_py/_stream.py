@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from . import _headers, _maintenance, _plan, _reads, _writes
+from azure.data.tables import TableClient
+
+from . import _headers, _maintenance, _plan, _reads, _scan, _writes
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import run
+from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
 
 __all__ = ["Stream"]
@@ -26,9 +29,10 @@ class Stream:
     The verbs are static methods: ``Stream.provision``, ``Stream.open``,
     ``Stream.try_open``, ``Stream.exists``, ``Stream.find``, ``Stream.write``,
     ``Stream.check_write``, ``Stream.read``, ``Stream.set_properties``,
-    ``Stream.truncate`` and ``Stream.delete``; :mod:`streamstone_py.aio` has
-    the same verbs as coroutines (``check_write`` sends nothing, so it stays a
-    plain function there).
+    ``Stream.truncate``, ``Stream.delete``, ``Stream.scan`` and
+    ``Stream.scan_keys``; :mod:`streamstone_py.aio` has the same verbs as
+    coroutines (``check_write`` sends nothing, so it stays a plain function
+    there), but for the two scans.
     """
 
     __slots__ = ("etag", "first_version", "partition", "properties", "version")
@@ -248,3 +252,35 @@ class Stream:
         """
         partition = target.partition if isinstance(target, Stream) else target
         run(partition, _maintenance.delete(target, batch_size, Stream))
+
+    @staticmethod
+    def scan(
+        table: TableClient,
+        stream_name: str | None = None,
+        *,
+        start_key: str | None = None,
+        end_key: str | None = None,
+        page_size: int = 1000,
+        retry: RetryPolicy = DEFAULT_POLICY,
+    ) -> Iterator[_scan.ScannedStream]:
+        """Every stream called ``stream_name`` (``None``: the plain streams) in the
+        table whose partition key is ``>= start_key`` and ``< end_key`` (either
+        bound may be left open), in partition-key order, a page at a time.
+
+        One query over the range: the service reads every row of it to find the
+        headers, so give a range to split a large table among workers (list the
+        keys with :meth:`scan_keys`). Streams being deleted are left out.
+        """
+        return _scan.scan(table, stream_name, start_key, end_key, page_size, retry, Stream)
+
+    @staticmethod
+    def scan_keys(
+        table: TableClient,
+        stream_name: str | None = None,
+        *,
+        start_key: str | None = None,
+        end_key: str | None = None,
+        page_size: int = 1000,
+    ) -> Iterator[str]:
+        """The partition keys :meth:`scan` would visit, without their headers' properties."""
+        return _scan.scan_keys(table, stream_name, start_key, end_key, page_size)

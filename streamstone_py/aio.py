@@ -1,9 +1,9 @@
 """The stream verbs as coroutines, over ``azure.data.tables.aio.TableClient``.
 
-The same verbs as :class:`streamstone_py.Stream`, with the same rows, checks,
-chunking and errors: both run the engine's one implementation of each verb,
-only the I/O differs. Headers are ordinary :class:`streamstone_py.Stream`
-values::
+The verbs of :class:`streamstone_py.Stream` (but its two scans), with the
+same rows, checks, chunking and errors: both run the engine's one
+implementation of each verb, only the I/O differs. Headers are ordinary
+:class:`streamstone_py.Stream` values::
 
     from azure.data.tables.aio import TableServiceClient
     from streamstone_py import EventData, Partition

@@ -8,11 +8,18 @@ from typing import Any
 import pytest
 from azure.data.tables import TableClient
 
-from handlers import DuplicateOutsideWindowError, InMemoryPublisher, Message, Processor
+from handlers import (
+    DuplicateOutsideWindowError,
+    HeaderCache,
+    InMemoryPublisher,
+    Message,
+    Processor,
+)
 from handlers._outcome import StrategyName
 from handlers.examples import shooting_range
 from streamstone_py import Stream
 from tests.helpers import rows
+from tests.test_handlers_scenarios import count_store_calls
 
 
 class Clock:
@@ -132,3 +139,34 @@ def test_retain_arguments(table: TableClient, game: str) -> None:
     assert p.retain(game, keep_last=0) == 3
     assert Stream.read(p.store.partition(game)).events == ()
     assert p.load_state(game, "x").version == 3
+
+
+def test_keep_from_keeps_that_version_and_later_whatever_the_bounds(
+    table: TableClient, strategy: StrategyName, game: str
+) -> None:
+    p, messages = fill(table, strategy, game, 10)
+
+    # keep_last=0 alone would keep only the newest; keep_from=7 keeps 7 to 10
+    # (and, under the state strategy, 6: a duplicate of 7 is replayed on it).
+    removed = p.retain(game, keep_last=0, keep_from=7)
+
+    kept = [m.id for m in messages[5 if strategy == "state" else 6 :]]
+    assert removed == 10 - len(kept)
+    assert [e.id for e in Stream.read(p.store.partition(game)).events] == kept
+    again = p.process_batch(game, messages[6:])
+    assert [o.status for o in again] == ["duplicate"] * 4
+    with pytest.raises(ValueError, match="keep_from must be an int >= 1, got 0"):
+        p.retain(game, keep_last=1, keep_from=0)
+
+
+def test_with_a_cache_a_retain_with_nothing_to_remove_makes_no_request(
+    table: TableClient, game: str
+) -> None:
+    p, _ = fill(table, "state", game, 5, cache=HeaderCache())
+    calls = count_store_calls(p)
+
+    assert p.retain(game, keep_last=4) == 0  # versions 1-5: the 4 newest and the one before
+    assert p.retain(game, keep_last=9, keep_from=2) == 0
+    assert calls == []
+    assert p.retain(game, keep_last=3) == 1  # now there is something: it reads
+    assert calls[:1] == ["open"]

@@ -101,6 +101,7 @@ def test_the_summary_is_the_written_rows_and_is_written_last(
             "abandoned": 0,
             "faulted": 0,
             "conflicts_retried": 0,
+            "versions_removed": 0,
         }
     ]
     assert (out / "summary" / "_SUCCESS").exists()
@@ -212,6 +213,11 @@ def test_refusals_are_one_line_and_exit_2_before_spark_starts(
         "is neither a built-in": [*base, "--handler", "nothing"],
         "unrecognized arguments: --bogus": [*base, "--bogus"],
         "--spark-log-level: invalid choice: 'LOUD'": [*base, "--spark-log-level", "LOUD"],
+        "--keep-last must be >= 0, got -1": [*base, "--keep-last", "-1"],
+        "--retain-for: duration '1w' is not like 7d, 36h, 1h30m or 90s": [
+            *base, "--retain-for", "1w"
+        ],
+        "--compression: invalid choice: 'gzip'": [*base, "--compression", "gzip"],
     }  # fmt: skip
     for expected, args in cases.items():
         code, err = run_cli(args, capsys)
@@ -270,7 +276,8 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
     command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
                "--output", str(tmp_path / "out"), "--table", table_name,
                "--handler", "tests.spark.flaky:refuses_far_shots", "--partitions", "1",
-               "--log-level", "DEBUG"]  # fmt: skip
+               "--log-level", "DEBUG", "--keep-last", "1", "--retain-for", "7d",
+               "--compression", "zlib"]  # fmt: skip
 
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
@@ -278,6 +285,7 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
     assert f"created table {table_name!r}" in done.stderr
     assert "spark master: local[2]\n" in done.stderr  # no launcher chose one
     assert re.search(r"abandoned \(handler error\)\s+2\n", done.stdout), done.stdout
+    assert re.search(r"versions removed \(retention\)\s+0\n", done.stdout), done.stdout
     assert "Traceback" not in done.stderr
     # Spark's JVM logs at ERROR from its first line: none of its start-up warnings.
     assert "log4j profile" not in done.stderr
