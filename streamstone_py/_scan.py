@@ -85,7 +85,9 @@ def scan(
             continue  # a delete in progress: the stream is gone for readers
         partition = Partition(table, str(entity["PartitionKey"]), stream_name, retry=retry)
         stream = stream_from_row(partition, row, header_type)
-        yield ScannedStream(stream, entity.metadata["timestamp"])
+        stamp = entity.metadata["timestamp"]  # the SDK's datetime subclass: a plain one
+        updated = datetime(*stamp.timetuple()[:6], stamp.microsecond, tzinfo=stamp.tzinfo)
+        yield ScannedStream(stream, updated)
 
 
 def scan_keys(

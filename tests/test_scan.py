@@ -50,6 +50,7 @@ def test_scan_finds_every_stream_of_one_name_and_nothing_else(own_table: TableCl
     ]
     assert all(isinstance(s, ScannedStream) for s in orders)
     assert all(before <= s.updated <= datetime.now(UTC) for s in orders + plain)
+    assert {type(s.updated) for s in orders + plain} == {datetime}
     # A scanned header is the one open reads: it writes on, conditional on its ETag.
     assert orders[1].stream == Stream.open(Partition(own_table, "c", "orders"))
     Stream.write(orders[1].stream, EventData(id="next"))
