@@ -86,7 +86,7 @@ def scan(
         partition = Partition(table, str(entity["PartitionKey"]), stream_name, retry=retry)
         stream = stream_from_row(partition, row, header_type)
         stamp = entity.metadata["timestamp"]  # the SDK's datetime subclass: a plain one
-        updated = datetime(*stamp.timetuple()[:6], stamp.microsecond, tzinfo=stamp.tzinfo)
+        updated = datetime.fromtimestamp(stamp.timestamp(), stamp.tzinfo)
         yield ScannedStream(stream, updated)
 
 
