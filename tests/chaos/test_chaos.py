@@ -76,7 +76,7 @@ def _figures(report: Report) -> dict[str, object]:
 def test_a_seed_replays_the_same_run_with_one_worker() -> None:
     # Retention's limit follows the wall clock: without it, one worker replays exactly.
     config = ChaosConfig(
-        seed=SEED, messages=120, threads=1, processes=0, keys=3, restarts=0, retain_share=0.0
+        seed=SEED, messages=60, threads=1, processes=0, keys=3, restarts=0, retain_share=0.0
     )
     first, second = run(config), run(config)
     other = run(dataclasses.replace(config, seed=SEED + 1))

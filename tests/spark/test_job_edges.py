@@ -143,12 +143,12 @@ def test_the_summary_equals_the_written_rows_when_spark_recomputes(
     assert summary.outputs == len(outputs(spark, str(tmp_path / "out")))
 
 
-def test_twenty_micro_batches_release_what_they_cached(
+def test_ten_micro_batches_release_what_they_cached(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
     rows = game_messages(4, 9)
     client(table_name)
-    inbox = spread(tmp_path / "inbox", rows, 20)
+    inbox = spread(tmp_path / "inbox", rows, 10)
     settings = JobSettings(table=table_name, handler="shooting_range")
     jvm_context: Any = spark.sparkContext._jsc
 
@@ -166,9 +166,9 @@ def test_twenty_micro_batches_release_what_they_cached(
         on_batch=lambda batch, summary: after_batches.append(cached()),
     )  # fmt: skip
 
-    assert [batch for batch, _ in summaries] == list(range(20))
+    assert [batch for batch, _ in summaries] == list(range(10))
     assert sum(s.processed for _, s in summaries) == len(rows)
-    assert after_batches == [before] * 20
+    assert after_batches == [before] * 10
 
 
 # --- the command line ----------------------------------------------------------

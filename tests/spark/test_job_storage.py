@@ -5,6 +5,7 @@ commit is still recognised, and states can be stored compressed."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,9 @@ def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised
     everything = []
     for b in range(BATCHES):
         rows = [row for g in range(GAMES) for row in shots(g, 2 * b + 1, 2)]
-        write_jsonl(inbox / f"part-{b:02d}.jsonl", rows)
+        path = write_jsonl(inbox / f"part-{b:02d}.jsonl", rows)
+        # The file source takes files oldest first: make that the order written.
+        os.utime(path, (1_800_000_000 + b, 1_800_000_000 + b))
         everything += rows
     clean_table = table_name + "c"
     client(clean_table)
