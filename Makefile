@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup azurite demo demo-outbox test test-spark35 lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup azurite demo demo-outbox test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -38,8 +38,12 @@ lint: setup
 typecheck: setup
 	$(PY) -m mypy
 
+# Two workers, whole files each (a file's fixtures, such as its Spark session,
+# are made once): most tests wait on Azurite or the JVM, so two workers on two
+# cores take about 0.7 of the time of one. `make unit JOBS=1` runs in-process.
+JOBS ?= 2
 unit: setup
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
 
 test: lint typecheck unit
 
@@ -58,6 +62,12 @@ test-spark35: $(VENV35)/.installed $(NODE_MODULES)
 	$(PY35) -c 'import pyspark, sys; v = pyspark.__version__; print("PySpark", v); sys.exit(not v.startswith("3.5."))'
 	$(PY35) -m pytest tests/spark
 	$(PY35) -m azurite.launcher -- $(PY35) -m spark_driver demo
+
+# examples/cluster/submit.sh as written, twice, on a local-cluster master (two
+# executor JVMs with their own Python workers) against Azurite, then the demo's
+# exactly-once check: about two minutes.
+test-cluster: setup
+	$(PY) -m pytest -m cluster tests/spark/test_cluster.py
 
 # The chaos harness; e.g. `make chaos DURATION=600 THREADS=2 PROCESSES=2 SEED=7`.
 DURATION ?= 60

@@ -15,16 +15,18 @@ from ._job import INPUT_SCHEMA, process_messages, read_messages, run_batch, writ
 from ._session import session
 from ._settings import JobSettings, parse_duration, resolve_handler
 from ._states import read_history, read_states
-from ._stream import run_stream
+from ._stream import METRICS, process_stream, run_stream
 from ._summary import JobResult, Summary
 
 __all__ = [
     "INPUT_SCHEMA",
+    "METRICS",
     "JobResult",
     "JobSettings",
     "Summary",
     "parse_duration",
     "process_messages",
+    "process_stream",
     "read_history",
     "read_messages",
     "read_states",

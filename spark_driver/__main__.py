@@ -165,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--checkpoint", help="checkpoint directory (streaming)")
     run.add_argument(
+        "--max-files-per-trigger",
+        type=int,
+        metavar="N",
+        help="at most N new files per micro-batch (streaming; default: all)",
+    )
+    run.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -200,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--concurrency must be >= 1, got {args.concurrency}")
     if args.stream and not args.checkpoint:
         parser.error("--stream needs --checkpoint")
+    if args.max_files_per_trigger is not None:
+        if not args.stream:
+            parser.error("--max-files-per-trigger needs --stream")
+        if args.max_files_per_trigger < 1:
+            parser.error(f"--max-files-per-trigger must be >= 1, got {args.max_files_per_trigger}")
     if args.keep_last is not None and args.keep_last < 0:
         parser.error(f"--keep-last must be >= 0, got {args.keep_last}")
     retain_for = None
@@ -239,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             summaries = run_stream(
                 spark, args.input, args.output, args.checkpoint, settings,
                 output_format=args.output_format, partitions=args.partitions,
-                order_by=args.order_by,
+                order_by=args.order_by, max_files_per_trigger=args.max_files_per_trigger,
             )  # fmt: skip
             for batch_id, summary in summaries:
                 print(f"micro-batch {batch_id}:\n{summary.table()}")

@@ -7,6 +7,7 @@ import base64
 import itertools
 import json
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
 from streamstone_py import StreamstoneError, TableConfig, check_key
@@ -22,17 +24,55 @@ from streamstone_py import StreamstoneError, TableConfig, check_key
 from ._logs import configure as configure_logging
 from ._settings import JobSettings, resolve_handler
 
-__all__ = ["OUTCOME", "OUTPUT", "RETENTION", "mark_partition", "process_partition"]
+__all__ = [
+    "OUTCOME", "OUTPUT", "RESULT_SCHEMA", "RETENTION", "TASK", "mark_partition",
+    "process_partition",
+]  # fmt: skip
 
 OUTPUT = "output"
 OUTCOME = "outcome"
 #: One row per key retention ran for: ``version`` holds how many versions it removed.
 RETENTION = "retention"
+#: One row per task, last: ``requests`` holds the storage requests it sent.
+TASK = "task"
+
+#: The rows a task emits, of every kind; each kind uses some of the columns.
+RESULT_SCHEMA = StructType(
+    [
+        StructField("kind", StringType(), False),
+        StructField("message_id", StringType()),
+        StructField("key", StringType()),
+        StructField("type", StringType()),
+        StructField("status", StringType()),
+        StructField("version", IntegerType()),
+        StructField("reason", StringType()),
+        StructField("body", StringType()),
+        StructField("source_message_id", StringType()),
+        StructField("conflicts", IntegerType()),
+        StructField("requests", LongType()),
+    ]
+)
 
 _log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _clients: dict[str, TableClient] = {}
+
+
+class _RequestCount:
+    """The HTTP requests this worker's table clients send, retries included."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def __call__(self, request: Any) -> None:
+        with self._lock:
+            self.value += 1
+
+
+#: A Python worker runs one task at a time: a task's requests are the difference.
+_requests = _RequestCount()
 #: The headers this Python worker wrote or read, for every task it runs (a
 #: reused worker keeps it warm across tasks and micro-batches).
 _cache = HeaderCache()
@@ -43,7 +83,11 @@ def table_client(table: str) -> TableClient:
     with _lock:
         client = _clients.get(table)
         if client is None:
-            client = TableConfig.from_env(table_name=table).table_client()
+            config = TableConfig.from_env(table_name=table)
+            client = config.table_client(raw_request_hook=_requests)
+            # Which build a worker runs, for an operator reading executor logs.
+            _log.info("worker %d: table client for %r (spark_driver at %s)",
+                      os.getpid(), table, __file__)  # fmt: skip
             _clients[table] = client
         return client
 
@@ -113,7 +157,7 @@ def _parse(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
                  version: int | None, reason: str | None,
                  conflicts: int = 0, raw: str | None = None) -> tuple[Any, ...]:  # fmt: skip
-    return (OUTCOME, message_id, key, type_, status, version, reason, raw, None, conflicts)
+    return (OUTCOME, message_id, key, type_, status, version, reason, raw, None, conflicts, None)
 
 
 def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
@@ -128,6 +172,7 @@ def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
             None,
             body_json(out.body),
             outcome.message_id,
+            None,
             None,
         )
 
@@ -216,7 +261,7 @@ def _retain(
     """
     if any(o.status == "faulted" for o in outcomes):
         return (RETENTION, None, key, None, None, 0, "skipped: a message is in doubt (faulted)",
-                None, None, None)  # fmt: skip
+                None, None, None, None)  # fmt: skip
     touched = [o.version for o in outcomes if o.version is not None]
     try:
         removed = processor.retain(
@@ -227,8 +272,8 @@ def _retain(
         )
     except (AzureError, StreamstoneError) as exc:
         _log.warning("retention of key %r failed, a later run finishes it: %r", key, exc)
-        return (RETENTION, None, key, None, None, 0, f"failed: {exc!r}", None, None, None)
-    return (RETENTION, None, key, None, None, removed, None, None, None, None)
+        return (RETENTION, None, key, None, None, 0, f"failed: {exc!r}", None, None, None, None)
+    return (RETENTION, None, key, None, None, removed, None, None, None, None, None)
 
 
 def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:
@@ -236,8 +281,15 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
 
     Up to ``settings.concurrency`` keys are in flight at once, each on its own
     thread and processor (one writer per key, its messages in order); rows come
-    out key by key in the input's order, whatever finishes first.
+    out key by key in the input's order, whatever finishes first. A last row
+    (kind ``task``) counts the storage requests the task sent.
     """
+    before = _requests.value
+    yield from _process_keys(rows, settings)
+    yield (TASK, None, None, None, None, None, None, None, None, None, _requests.value - before)
+
+
+def _process_keys(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:
     if settings.concurrency <= 1:
         processor = _processor(settings)
         for key, group in _groups(rows):

@@ -18,14 +18,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
-    IntegerType,
     MapType,
     StringType,
     StructField,
     StructType,
 )
 
-from ._executor import OUTCOME, OUTPUT, mark_partition, process_partition
+from ._executor import RESULT_SCHEMA, mark_partition, process_partition
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
 
@@ -37,21 +36,6 @@ INPUT_SCHEMA = StructType(
         StructField("key", StringType()),
         StructField("type", StringType()),
         StructField("body", StringType()),
-    ]
-)
-
-RESULT_SCHEMA = StructType(
-    [
-        StructField("kind", StringType(), False),
-        StructField("message_id", StringType()),
-        StructField("key", StringType()),
-        StructField("type", StringType()),
-        StructField("status", StringType()),
-        StructField("version", IntegerType()),
-        StructField("reason", StringType()),
-        StructField("body", StringType()),
-        StructField("source_message_id", StringType()),
-        StructField("conflicts", IntegerType()),
     ]
 )
 
@@ -152,17 +136,7 @@ def process_messages(
         return process_partition(partition, job)
 
     results = spark.createDataFrame(rows.rdd.mapPartitions(run), RESULT_SCHEMA).persist()
-    outputs = (
-        results.where(F.col("kind") == OUTPUT)
-        .select("message_id", "key", "type", "body", "source_message_id")
-        .dropDuplicates(["message_id"])
-    )
-    # A dead letter's body column holds its raw input, to fix and send again.
-    outcomes = results.where(F.col("kind") == OUTCOME).select(
-        "message_id", "key", "type", "status", "version", "reason", "conflicts",
-        F.col("body").alias("raw"),
-    )  # fmt: skip
-    return JobResult(results, outputs, outcomes, settings, partitions)
+    return JobResult.of(results, settings, partitions)
 
 
 def _delete(spark: SparkSession, path: str) -> None:
@@ -197,7 +171,7 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
     written = {name: spark.read.format(output_format).load(f"{output}/{name}") for name in parts}
     if result.settings.strategy == "outbox":
         _mark_dispatched(written["outcomes"], result.settings, result.partitions)
-    summary = Summary.of(written["outcomes"], written["outputs"], result.retention)
+    summary = Summary.of(written["outcomes"], written["outputs"], result.results)
     marker = spark.createDataFrame([asdict(summary)])
     marker.coalesce(1).write.mode("overwrite").json(f"{output}/summary")
     return summary

@@ -3,15 +3,69 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
-from ._job import CORRUPT_RECORD, _json_schema, process_messages, write_result
+from ._arrow import ORDER, number_rows, process_batches
+from ._executor import OUTCOME, RESULT_SCHEMA, RETENTION, TASK
+from ._job import CORRUPT_RECORD, _json_schema, _message_columns, write_result
 from ._settings import JobSettings
-from ._summary import Summary
+from ._summary import JobResult, Summary
 
-__all__ = ["run_stream"]
+__all__ = ["METRICS", "run_stream"]
+
+#: The name of the observed metrics each micro-batch reports in its
+#: ``StreamingQueryProgress.observedMetrics``.
+METRICS: Final = "streamstone"
+
+
+def _metrics() -> list[Column]:
+    """Each micro-batch's figures, named as :class:`Summary` names them."""
+    kind, status = F.col("kind"), F.col("status")
+
+    def outcomes(name: str) -> Column:
+        return F.count(F.when((kind == OUTCOME) & (status == name), 1))
+
+    def total(of: str, column: str) -> Column:
+        return F.coalesce(F.sum(F.when(kind == of, F.col(column))), F.lit(0)).cast("long")
+
+    return [
+        F.count(F.when(kind == OUTCOME, 1)).alias("messages_in"),
+        outcomes("completed").alias("processed"),
+        outcomes("duplicate").alias("duplicates"),
+        outcomes("dead_lettered").alias("dead_lettered"),
+        outcomes("abandoned").alias("abandoned"),
+        outcomes("faulted").alias("faulted"),
+        total(OUTCOME, "conflicts").alias("conflicts_retried"),
+        total(RETENTION, "version").alias("versions_removed"),
+        total(TASK, "requests").alias("requests"),
+    ]
+
+
+def process_stream(
+    stream: DataFrame, settings: JobSettings, partitions: int, order_by: str | None = None
+) -> DataFrame:
+    """The result rows of a streaming DataFrame of messages, observed as :data:`METRICS`.
+
+    The processing is part of the streaming plan (not of ``foreachBatch``),
+    so the plan's observed metrics are what each micro-batch did.
+    """
+    if order_by is None:
+        messages = stream.select(*_message_columns(stream))
+        numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
+        messages = messages.mapInArrow(number_rows, numbered)
+    else:
+        messages = stream.select(*_message_columns(stream), F.col(order_by).alias(ORDER))
+    job = settings
+
+    def run(batches: Any) -> Any:
+        return process_batches(batches, job)
+
+    results = messages.repartition(partitions, "key").mapInArrow(run, RESULT_SCHEMA)
+    return results.observe(METRICS, *_metrics())
 
 
 def run_stream(
@@ -26,6 +80,7 @@ def run_stream(
     order_by: str | None = None,
     max_files_per_trigger: int | None = None,
     on_batch: Callable[[int, Summary], None] | None = None,
+    query_name: str | None = None,
 ) -> list[tuple[int, Summary]]:
     """Process what is in ``input_dir`` now (``availableNow``), micro-batch by micro-batch.
 
@@ -35,12 +90,20 @@ def run_stream(
     exactly-once by the handlers runtime itself. Each batch's cached rows
     are released once it is written, so a long stream does not accumulate
     them. ``on_batch(batch_id, summary)`` is called after each batch.
+
+    Each micro-batch's figures also appear in its ``StreamingQueryProgress``,
+    under ``observedMetrics["streamstone"]`` (:data:`METRICS`), for a
+    ``StreamingQueryListener`` or a monitoring tool. ``query_name`` names the
+    query in its progress.
     """
     summaries: list[tuple[int, Summary]] = []
 
     def each(batch: DataFrame, batch_id: int) -> None:
-        result = process_messages(batch, settings, partitions, order_by)
+        result = JobResult.of(batch.persist(), settings, partitions)
         try:
+            # The first action runs the handlers once, in a result stage, whose
+            # observed metrics count each task once, whatever attempts failed.
+            result.results.write.format("noop").mode("overwrite").save()
             directory = f"{output}/batch={batch_id}"
             summary = write_result(result, directory, output_format)
         finally:
@@ -59,9 +122,11 @@ def run_stream(
     )
     if max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    writer = process_stream(reader.json(input_dir), settings, partitions, order_by).writeStream
+    if query_name is not None:
+        writer = writer.queryName(query_name)
     query: Any = (
-        reader.json(input_dir)
-        .writeStream.foreachBatch(each)
+        writer.foreachBatch(each)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

@@ -9,6 +9,7 @@ from typing import Any, Final
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ._executor import OUTCOME, OUTPUT, RETENTION, TASK
 from ._settings import JobSettings
 
 __all__ = ["UNSETTLED_EXIT", "JobResult", "Summary"]
@@ -29,16 +30,20 @@ class Summary:
     conflicts_retried: int
     #: Versions removed by the job's own retention (``keep_last``/``retain_for``).
     versions_removed: int = 0
+    #: Storage requests (HTTP, retries included) of the task attempts whose rows
+    #: were kept; the outbox's dispatch marks after the commit are not counted.
+    requests: int = 0
 
     @classmethod
     def of(
-        cls, outcomes: DataFrame, outputs: DataFrame, retention: DataFrame | None = None
+        cls, outcomes: DataFrame, outputs: DataFrame, results: DataFrame | None = None
     ) -> Summary:
         """One aggregation over the outcome rows, and a count of the output rows.
 
         An output row is new when its source message was stored by this run
         (``completed``), and re-emitted when its source is only a duplicate
         here: a copy of an output an earlier run (or attempt) wrote already.
+        The retention and request figures come from the tasks' ``results``.
         """
         status = F.col("status")
 
@@ -76,13 +81,21 @@ class Summary:
         )
         assert split is not None
         total, new = int(split["all"]), int(split["new"])
-        removed = 0
-        if retention is not None:
-            summed = retention.agg(F.sum("removed")).first()
+        removed = requests = 0
+        if results is not None:
+            kind = F.col("kind")
+            summed = results.agg(
+                F.sum(F.when(kind == RETENTION, F.col("version"))),
+                F.sum(F.when(kind == TASK, F.col("requests"))),
+            ).first()
             assert summed is not None
-            removed = int(summed[0] or 0)
+            removed, requests = int(summed[0] or 0), int(summed[1] or 0)
         return cls(
-            new_outputs=new, reemitted_outputs=total - new, versions_removed=removed, **figures
+            new_outputs=new,
+            reemitted_outputs=total - new,
+            versions_removed=removed,
+            requests=requests,
+            **figures,
         )
 
     @property
@@ -109,6 +122,7 @@ class Summary:
             "faulted": "faulted (in doubt)",
             "conflicts_retried": "conflicts retried",
             "versions_removed": "versions removed (retention)",
+            "requests": "storage requests",
         }
         width = max(len(v) for v in labels.values())
         lines = [f"  {labels[f.name]:<{width}}  {getattr(self, f.name):>10,}" for f in fields(self)]
@@ -130,6 +144,22 @@ class JobResult:
     settings: JobSettings
     partitions: int
 
+    @classmethod
+    def of(cls, results: DataFrame, settings: JobSettings, partitions: int) -> JobResult:
+        """The outputs and outcomes of the tasks' ``results`` rows (persisted)."""
+        kind = F.col("kind")
+        outputs = (
+            results.where(kind == OUTPUT)
+            .select("message_id", "key", "type", "body", "source_message_id")
+            .dropDuplicates(["message_id"])
+        )
+        # A dead letter's body column holds its raw input, to fix and send again.
+        outcomes = results.where(kind == OUTCOME).select(
+            "message_id", "key", "type", "status", "version", "reason", "conflicts",
+            F.col("body").alias("raw"),
+        )  # fmt: skip
+        return cls(results, outputs, outcomes, settings, partitions)
+
     @property
     def dead_letters(self) -> DataFrame:
         return self.outcomes.where(F.col("status") == "dead_lettered")
@@ -138,7 +168,7 @@ class JobResult:
     def retention(self) -> DataFrame:
         """One row per key the job's retention ran for: ``key``, ``removed`` and
         ``reason`` (why nothing was removed: skipped or failed; else null)."""
-        return self.results.where(F.col("kind") == "retention").select(
+        return self.results.where(F.col("kind") == RETENTION).select(
             "key", F.col("version").alias("removed"), "reason"
         )
 

@@ -167,18 +167,20 @@ class TableConfig:
                 f"{_redact_connection_string(str(exc))}"
             ) from None
 
-    def table_client(self) -> TableClient:
+    def table_client(self, **client_options: Any) -> TableClient:
         """A sync ``TableClient`` for this table (the table itself is not created).
 
         Its transport reads the environment's proxy and CA bundle settings once,
         here, rather than on every request as ``requests`` does by default
-        (see :func:`environment_once`).
+        (see :func:`environment_once`). ``client_options`` go to the SDK's
+        client as they are, e.g. ``raw_request_hook`` or ``retry_total``.
         """
         if self.connection_string:
             url = self._from_connection_string(TableClient).url
-            return self._from_connection_string(TableClient, **environment_once(url))
+            options = {**environment_once(url), **client_options}
+            return self._from_connection_string(TableClient, **options)
         assert self.account_url is not None
-        options = environment_once(self.account_url)
+        options = {**environment_once(self.account_url), **client_options}
         if self.sas_token:
             credential = AzureSasCredential(self.sas_token)
             return TableClient(self.account_url, self.table_name, credential=credential, **options)

@@ -13,6 +13,10 @@
 #   DIST              where the wheel goes (default: dist/ in the repository)
 #   PY_FILES          your own handler modules, comma-separated (bank.py), to
 #                     ship beside the wheel; then HANDLER=bank:accounts
+#   EXECUTOR_ENV      names of environment variables to hand to the executors
+#                     as spark.executorEnv.NAME, e.g. STREAMSTONE_CONNECTION_STRING
+#                     for a local-cluster master against Azurite (its key is
+#                     public); never a real secret, which would show in `ps`
 #
 # Arguments, if any, are added to the job's command line (`--log-level INFO`).
 #
@@ -28,6 +32,9 @@
 #     PYTHON=.venv/bin/python examples/cluster/submit.sh
 # With a local master, the driver and its Python workers run $PYTHON unless
 # PYSPARK_PYTHON says otherwise.
+#
+# The wheel is built with `python -m build` (pip install build), which needs
+# setuptools and wheel from the package index.
 #
 # The handlers' dependencies (azure-data-tables, azure-identity, msgpack,
 # tenacity, aiohttp) must be on the executors too: install them into the
@@ -53,10 +60,17 @@ if [[ ${SPARK_MASTER:-yarn} == local* ]]; then
   export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$("$python" -c 'import sys; print(sys.executable)')}
 fi
 
-"$python" -m pip wheel --quiet --no-deps -w "$dist" "$root"
+"$python" -m build --wheel --outdir "$dist" "$root" >/dev/null
 wheel=$(ls -t "$dist"/streamstone_py-*.whl | head -n 1)
+# Spark puts only .zip, .egg and .jar files of --py-files on the Python
+# workers' path: the wheel (pure Python, itself a zip) ships as a .zip.
+shipped=$dist/streamstone_py.zip
+cp "$wheel" "$shipped"
 
 conf=()
+for name in ${EXECUTOR_ENV:-}; do
+  conf+=(--conf "spark.executorEnv.$name=${!name:?EXECUTOR_ENV names $name, which is not set}")
+done
 if [[ -n ${STREAMSTONE_ACCOUNT_URL:-} ]]; then
   conf+=(--conf "spark.executorEnv.STREAMSTONE_ACCOUNT_URL=$STREAMSTONE_ACCOUNT_URL"
          --conf "spark.yarn.appMasterEnv.STREAMSTONE_ACCOUNT_URL=$STREAMSTONE_ACCOUNT_URL")
@@ -65,7 +79,7 @@ fi
 exec "$submit" \
   --master "${SPARK_MASTER:-yarn}" \
   --properties-file "$root/examples/cluster/spark-defaults.conf" \
-  --py-files "$wheel${PY_FILES:+,$PY_FILES}" \
+  --py-files "$shipped${PY_FILES:+,$PY_FILES}" \
   "${conf[@]}" \
   "$root/examples/cluster/job.py" \
   run --table "${TABLE:-games}" --handler "${HANDLER:-shooting_range}" \

@@ -102,6 +102,8 @@ def test_the_summary_is_the_written_rows_and_is_written_last(
             "faulted": 0,
             "conflicts_retried": 0,
             "versions_removed": 0,
+            # One write per key: the worker's header cache knows each new stream.
+            "requests": 3,
         }
     ]
     assert (out / "summary" / "_SUCCESS").exists()
@@ -109,11 +111,15 @@ def test_the_summary_is_the_written_rows_and_is_written_last(
     assert (out / "summary" / "_SUCCESS").stat().st_mtime >= newest
 
     # Delivered again: the same output rows, each a re-emitted copy, none new.
-    settings = JobSettings(table=table_name, handler="shooting_range")
+    # No header cache, so the request count does not depend on which Python
+    # worker ran a key the first time.
+    settings = JobSettings(table=table_name, handler="shooting_range", header_cache=False)
     again = run_batch(spark, path, str(tmp_path / "again"), settings)
     assert (again.processed, again.duplicates, again.new_outputs, again.reemitted_outputs) == (
         0, 16, 0, 9,
     )  # fmt: skip
+    # A header read per key (3), and a read per stored message delivered again (12).
+    assert again.requests == 15
     assert outputs(spark, str(tmp_path / "again")) == outputs(spark, str(out))
     lines = [line.split() for line in again.table().splitlines()]
     assert ["output", "messages,", "new", "0"] in lines
@@ -210,6 +216,10 @@ def test_refusals_are_one_line_and_exit_2_before_spark_starts(
             "run", "--input", str(tmp_path / "missing"), "--output", "o"
         ],
         "--stream needs --checkpoint": [*base, "--stream"],
+        "--max-files-per-trigger needs --stream": [*base, "--max-files-per-trigger", "1"],
+        "--max-files-per-trigger must be >= 1, got 0": [
+            *base, "--stream", "--checkpoint", "c", "--max-files-per-trigger", "0"
+        ],
         "is neither a built-in": [*base, "--handler", "nothing"],
         "unrecognized arguments: --bogus": [*base, "--bogus"],
         "--spark-log-level: invalid choice: 'LOUD'": [*base, "--spark-log-level", "LOUD"],
@@ -259,8 +269,9 @@ def test_a_missing_table_is_created_or_refused(
 def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug_logs(
     spark: SparkSession, tmp_path: Path, table_name: str
 ) -> None:
-    # One run of the command line (a JVM each): credentials from a SAS token,
-    # every logger at DEBUG, and a handler that leaves messages for redelivery.
+    # One run of the command line (a JVM each), streaming two files as two
+    # micro-batches: credentials from a SAS token, every logger at DEBUG, and a
+    # handler that leaves a message for redelivery in the first batch.
     connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
     sas = valid_sas(connection_string)
     signature = re.search(r"sig=([^&]+)", sas)
@@ -272,9 +283,14 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
         {"message_id": f"k-{n}", "key": "k", "type": "FireAt", "body": json.dumps({"position": p})}
         for n, p in enumerate([1, 99, 2])
     ]
-    path = write_jsonl(tmp_path / "in.jsonl", rows)
-    command = [sys.executable, "-m", "spark_driver", "run", "--input", path,
+    inbox = tmp_path / "inbox"
+    for n, part in enumerate([rows[:2], rows[2:]]):
+        path = write_jsonl(inbox / f"part-{n}.jsonl", part)
+        os.utime(path, (1_800_000_000 + n, 1_800_000_000 + n))  # the file source's order
+    command = [sys.executable, "-m", "spark_driver", "run", "--input", str(inbox),
                "--output", str(tmp_path / "out"), "--table", table_name,
+               "--stream", "--checkpoint", str(tmp_path / "checkpoint"),
+               "--max-files-per-trigger", "1",
                "--handler", "tests.spark.flaky:refuses_far_shots", "--partitions", "1",
                "--log-level", "DEBUG", "--keep-last", "1", "--retain-for", "7d",
                "--compression", "zlib"]  # fmt: skip
@@ -284,8 +300,12 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
     assert done.returncode == 3, done.stderr[-2000:]
     assert f"created table {table_name!r}" in done.stderr
     assert "spark master: local[2]\n" in done.stderr  # no launcher chose one
-    assert re.search(r"abandoned \(handler error\)\s+2\n", done.stdout), done.stdout
-    assert re.search(r"versions removed \(retention\)\s+0\n", done.stdout), done.stdout
+    first, second = done.stdout.split("micro-batch 0:\n")[1].split("micro-batch 1:\n")
+    assert re.search(r"processed \(state changed\)\s+1\n", first), done.stdout
+    assert re.search(r"abandoned \(handler error\)\s+1\n", first), done.stdout
+    assert re.search(r"processed \(state changed\)\s+1\n", second), done.stdout
+    assert re.search(r"abandoned \(handler error\)\s+0\n", second), done.stdout
+    assert re.search(r"versions removed \(retention\)\s+0\n", second), done.stdout
     assert "Traceback" not in done.stderr
     # Spark's JVM logs at ERROR from its first line: none of its start-up warnings.
     assert "log4j profile" not in done.stderr

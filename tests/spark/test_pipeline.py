@@ -372,9 +372,13 @@ def test_submit_sh_runs_against_azurite_on_a_local_master_with_no_secret_in_logs
     command = ["bash", str(script), "--output-format", "json", "--log-level", "DEBUG", "--explain"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert [p.name for p in (tmp_path / "dist").iterdir()] == [
-        "streamstone_py-0.1.0-py3-none-any.whl"
-    ]
+    # The wheel, and the same bytes as the .zip that --py-files ships.
+    dist = tmp_path / "dist"
+    assert sorted(p.name for p in dist.iterdir()) == [
+        "streamstone_py-0.1.0-py3-none-any.whl", "streamstone_py.zip"
+    ]  # fmt: skip
+    wheel = (dist / "streamstone_py-0.1.0-py3-none-any.whl").read_bytes()
+    assert (dist / "streamstone_py.zip").read_bytes() == wheel
     # spark-submit merges the driver's stderr into its stdout.
     assert "spark master: local[1]\n" in done.stdout + done.stderr
     assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
