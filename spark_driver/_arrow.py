@@ -52,9 +52,15 @@ def process_batches(batches: Iterable[Any], settings: JobSettings) -> Iterator[A
     rows: list[dict[str, Any]] = []
     if received:
         table = pa.Table.from_batches(received)
-        keys = [("key", "ascending"), (ORDER, "ascending")]
-        order = pc.sort_indices(table, sort_keys=keys, null_placement="at_start")
-        rows = table.take(order).to_pylist()
+        # Nulls first, as Spark sorts, by sorting on "is valid" before each column.
+        keyed = pa.table(
+            {
+                "k": pc.is_valid(table["key"]), "key": table["key"],
+                "o": pc.is_valid(table[ORDER]), ORDER: table[ORDER],
+            }
+        )  # fmt: skip
+        keys = [(name, "ascending") for name in ("k", "key", "o", ORDER)]
+        rows = table.take(pc.sort_indices(keyed, sort_keys=keys)).to_pylist()
     results = process_partition(rows, settings)
     while chunk := list(itertools.islice(results, _CHUNK)):
         yield pa.RecordBatch.from_arrays(

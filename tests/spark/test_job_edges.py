@@ -56,6 +56,9 @@ def test_order_by_a_column_of_the_input(
 
     assert summary.processed == len(rows)
     assert outputs(spark, str(tmp_path / "out")) == outputs(spark, str(tmp_path / "clean"))
+    # Each message at the version the real order gives it (outputs alone would
+    # not show a wrong order: this handler misses either way).
+    assert outcomes(spark, str(tmp_path / "out")) == outcomes(spark, str(tmp_path / "clean"))
     with pytest.raises(ValueError, match="order column 'nope' is not in the input"):
         run_batch(
             spark, path, str(tmp_path / "x"), settings,
