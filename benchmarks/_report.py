@@ -466,8 +466,9 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
         out += _section(
             "Retention inside the job",
             "The task body (`process_partition`) over micro-batches of 2 messages per key, "
-            "with `keep_last=4` beside the same batches without retention (each batch runs "
-            "both, alternating which goes first).",
+            "with `keep_last=4`, and with `keep_last=4, retain_at_least=8` (a key is cut "
+            "once 8 versions can go), beside the same batches without retention (each "
+            "batch runs all three, rotating which goes first).",
             f"![rows per key over micro-batches]({name}/retention.png)",
             shown,
         )

@@ -11,7 +11,12 @@
 - ``storage.retention.rows_per_key`` / ``storage.retention.throughput``: the
   task body (``process_partition``) over 20 micro-batches of 2 messages per
   key, with ``keep_last=4`` beside no retention: rows per key after each
-  batch (the storage bound) and messages per second (the cost).
+  batch (the storage bound) and messages per second over all the batches
+  (the cost).
+- ``storage.retention.batched.max_rows_per_key`` /
+  ``storage.retention.batched.throughput``: the same with
+  ``retain_at_least=8`` (a key is cut once 8 versions can go): the most rows
+  per key over the batches, and messages per second, beside no retention.
 
 Run: ``python benchmarks/bench_storage.py [--quick]``.
 """
@@ -192,29 +197,38 @@ def rows_per_key(table: TableClient, keys: list[str]) -> float:
     return statistics.mean(sum(1 for _ in rows) for rows in found)
 
 
+#: ``retain_at_least`` of the batched retention: a cut every 4 batches here.
+AT_LEAST = 8
+
+
 def bench_retention(service: TableServiceClient, keys: int, batches: int) -> None:
-    tables = {
-        label: service.create_table("benchretain" + uuid.uuid4().hex[:8])
-        for label in ("keep", "all")
-    }
+    labels = ("keep", "batched", "all")
+    tables = {label: service.create_table("benchretain" + uuid.uuid4().hex[:8]) for label in labels}
     settings = {
         "keep": JobSettings(table=tables["keep"].table_name, handler="shooting_range",
                             keep_last=4),
+        "batched": JobSettings(table=tables["batched"].table_name, handler="shooting_range",
+                               keep_last=4, retain_at_least=AT_LEAST),
         "all": JobSettings(table=tables["all"].table_name, handler="shooting_range"),
     }  # fmt: skip
     names = [f"game-{k:05d}" for k in range(keys)]
     sample = names[:: max(1, keys // 10)]
     per_key = 2
-    rates: dict[str, list[float]] = {"keep": [], "all": []}
+    # Seconds per batch: a throughput is all messages over all the time, as a
+    # batched retention pays for its cuts in a few batches only.
+    seconds: dict[str, list[float]] = {label: [] for label in labels}
+    most = 0.0
     for b in range(batches):
         rows = batch_rows(names, b, per_key)
-        order = ("keep", "all") if b % 2 == 0 else ("all", "keep")
+        # Each batch runs all three, the one first that went last before.
+        order = labels[b % 3 :] + labels[: b % 3]
         for label in order:
             start = time.perf_counter()
             results = list(process_partition(rows, settings[label]))
-            rates[label].append(len(rows) / (time.perf_counter() - start))
+            seconds[label].append(time.perf_counter() - start)
             check(sum(r[4] == "completed" for r in results) == len(rows), f"{label}: {results[:3]}")
         kept, everything = rows_per_key(tables["keep"], sample), rows_per_key(tables["all"], sample)
+        most = max(most, rows_per_key(tables["batched"], sample))
         emit("storage.retention.rows_per_key", "rows/key", "lower", [kept], "no retention",
              [everything], {"batch": b + 1, "keys": keys, "messages_per_key": per_key,
                             "keep_last": 4})  # fmt: skip
@@ -222,9 +236,19 @@ def bench_retention(service: TableServiceClient, keys: int, batches: int) -> Non
     # (the last batch's 2 among them) and the one before them.
     check(kept == 1 + 2 * (4 + 1), f"retention left {kept} rows per key")
     check(everything == 1 + 2 * per_key * batches, f"no retention: {everything} rows per key")
+    messages = batches * keys * per_key
+    rates = {label: [messages / sum(seconds[label])] for label in labels}
     emit("storage.retention.throughput", "msg/s", "higher", rates["keep"], "no retention",
          rates["all"], {"batches": batches, "keys": keys, "messages_per_key": per_key,
                         "keep_last": 4})  # fmt: skip
+    batched = {"batches": batches, "keys": keys, "messages_per_key": per_key, "keep_last": 4,
+               "at_least": AT_LEAST}  # fmt: skip
+    emit("storage.retention.batched.max_rows_per_key", "rows/key", "lower", [most],
+         "no retention, last batch", [everything], batched)  # fmt: skip
+    # At most the 4 versions, the one before, and AT_LEAST - 1 waiting to go.
+    check(most <= 1 + 2 * (4 + 1 + AT_LEAST - 1), f"batched retention left {most} rows per key")
+    emit("storage.retention.batched.throughput", "msg/s", "higher", rates["batched"],
+         "no retention", rates["all"], batched)  # fmt: skip
     for table in tables.values():
         service.delete_table(table.table_name)
 

@@ -323,27 +323,28 @@ class Processor(Generic[S]):
         keep_last: int | None = None,
         older_than: timedelta | None = None,
         keep_from: int | None = None,
+        at_least: int = 1,
     ) -> int:
         """Remove old versions of a key's stream; the newest state always stays.
 
-        ``keep_last=N`` answers the duplicates of the last ``N`` messages, and
-        ``older_than`` those of every message processed less than that long
-        ago (a version stays if either bound keeps it); ``keep_from`` keeps
-        that version and every later one whatever the bounds (a Spark task
-        passes the oldest version its batch touched, as a retry delivers the
-        same messages again). The state strategy also keeps the version before
-        the oldest one answered, as it replays a duplicate on it. The outbox
-        strategy never removes a version whose outputs were not dispatched,
-        nor any after it; it removes outbox rows first, then the versions.
+        ``keep_last=N`` answers the duplicates of the last ``N`` messages,
+        ``older_than`` those processed less than that long ago (a version
+        stays if either bound keeps it); ``keep_from`` keeps that version and
+        every later one (a Spark task passes the oldest version its batch
+        touched: a retry delivers the same messages again). The state strategy
+        also keeps the version before the oldest one answered (it replays a
+        duplicate on it); the outbox strategy keeps every version from the
+        first with undispatched outputs, and removes outbox rows first.
+        ``at_least=N`` waits until N versions can go: fewer, larger cuts.
 
-        Returns how many versions this call removed. The cut is recorded in
-        the header (``RetainCut``) before anything is removed, and any later
-        call finishes it: an interrupted call is finished by calling again.
-        Ids of removed versions no longer detect duplicates: the header's
-        ``Watermark`` records the newest removed ``Now``, and a message whose
-        ``sent_at`` header is not after it is refused
-        (``late_duplicates="refuse"``) or handled as new. With a
-        :class:`HeaderCache` showing nothing to remove under ``keep_last``
-        alone, the call makes no request.
+        Returns how many versions it removed. The cut is recorded in the
+        header (``RetainCut``) first; any later call finishes an interrupted
+        one. Removed ids no longer detect duplicates: the ``Watermark`` holds
+        the newest removed ``Now``, and a message whose ``sent_at`` is not
+        after it is refused (``late_duplicates="refuse"``) or handled as new.
+        No request is made when a :class:`HeaderCache` shows too little to
+        remove under ``keep_last`` alone.
         """
-        return retain(self._strategy, self.cache, self._now, key, keep_last, older_than, keep_from)
+        return retain(
+            self._strategy, self.cache, self._now, key, keep_last, older_than, keep_from, at_least
+        )

@@ -37,18 +37,21 @@ def retain(
     keep_last: int | None,
     older_than: timedelta | None,
     keep_from: int | None = None,
+    at_least: int = 1,
 ) -> int:
     """What :meth:`Processor.retain` does (documented there): returns how many
     versions this call removed."""
     check_bounds(keep_last, older_than)
-    if keep_from is not None and (
-        not isinstance(keep_from, int) or isinstance(keep_from, bool) or keep_from < 1
-    ):
-        raise ValueError(f"keep_from must be an int >= 1, got {keep_from!r}")
+    for name, value in (("keep_from", keep_from), ("at_least", at_least)):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     store = strategy.store
     partition = store.partition(key)
     if cache is not None:
-        if older_than is None and _nothing_to_remove(cache.get(partition), keep_last, keep_from):
+        cached = cache.get(partition)
+        if older_than is None and _nothing_to_remove(cached, keep_last, keep_from, at_least):
             return 0
         cache.drop(partition)  # the header changes below; put back at the end
     stream = store.open(partition)
@@ -56,6 +59,8 @@ def retain(
         return 0
     first = stream.first_version
     removed = _removable(strategy, now, stream, keep_last, older_than, keep_from)
+    if len(removed) < at_least and not _interrupted(stream):
+        removed = []  # fewer, larger cuts: wait until at_least versions can go
     if removed:
         cut = removed[-1].version + 1
         stream = _record_cut(strategy, stream, max(r.now for r in removed), cut)
@@ -70,22 +75,30 @@ def retain(
     return len(removed)
 
 
-def _nothing_to_remove(cached: Stream | None, keep_last: int | None, keep_from: int | None) -> bool:
+def _interrupted(stream: Stream) -> bool:
+    """Whether an earlier call recorded a cut it did not finish."""
+    recorded = stream.properties.get(RETAIN_CUT)
+    return isinstance(recorded, int) and recorded > stream.first_version
+
+
+def _nothing_to_remove(
+    cached: Stream | None, keep_last: int | None, keep_from: int | None, at_least: int = 1
+) -> bool:
     """Whether the header this worker last saw shows that a ``keep_last`` call
-    would remove nothing (no request needed). A stale header only ever
-    postpones a removal to a later call: it never removes more."""
+    would remove nothing, or fewer than ``at_least`` versions (no request
+    needed). A stale header only ever postpones a removal to a later call:
+    it never removes more."""
     if cached is None or keep_last is None:
         return False
     first = cached.first_version
-    recorded = cached.properties.get(RETAIN_CUT)
-    if isinstance(recorded, int) and recorded > first:
+    if _interrupted(cached):
         return False  # an interrupted cut to finish
     # Versions below ``cut`` would go; the state strategy also keeps the one
     # before the oldest kept (the outbox strategy may remove it: one is left over).
     cut = cached.version - keep_last
     if keep_from is not None:
         cut = min(cut, keep_from - 1)
-    return cut <= first
+    return cut - first < at_least
 
 
 def _removable(

@@ -147,6 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         "(7d, 36h, 1h30m, 90s); with --keep-last a version stays if either keeps it",
     )
     run.add_argument(
+        "--retain-at-least",
+        type=int,
+        default=1,
+        metavar="N",
+        help="cut a key only once N versions can go (fewer, larger cuts: retention's "
+        "requests come once per cut instead of once per batch)",
+    )
+    run.add_argument(
         "--compression",
         choices=["zlib"],
         help="store new states and outbox outputs compressed (default: as they are; "
@@ -213,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--max-files-per-trigger must be >= 1, got {args.max_files_per_trigger}")
     if args.keep_last is not None and args.keep_last < 0:
         parser.error(f"--keep-last must be >= 0, got {args.keep_last}")
+    if args.retain_at_least < 1:
+        parser.error(f"--retain-at-least must be >= 1, got {args.retain_at_least}")
+    if args.retain_at_least > 1 and args.keep_last is None and args.retain_for is None:
+        parser.error("--retain-at-least needs --keep-last or --retain-for")
     retain_for = None
     if args.retain_for is not None:
         try:
@@ -241,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         concurrency=args.concurrency,
         keep_last=args.keep_last,
         retain_for=retain_for,
+        retain_at_least=args.retain_at_least,
         compression=args.compression,
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)

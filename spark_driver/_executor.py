@@ -269,6 +269,7 @@ def _retain(
             keep_last=settings.keep_last,
             older_than=settings.retain_for,
             keep_from=min(touched) if touched else None,
+            at_least=settings.retain_at_least,
         )
     except (AzureError, StreamstoneError) as exc:
         _log.warning("retention of key %r failed, a later run finishes it: %r", key, exc)

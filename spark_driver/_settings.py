@@ -68,6 +68,9 @@ class JobSettings:
     #: versions the batch itself touched always stay until a later run.
     keep_last: int | None = None
     retain_for: timedelta | None = None
+    #: Cut a key only once this many versions can go: fewer, larger cuts
+    #: (retention's requests come once per cut, not once per batch).
+    retain_at_least: int = 1
     #: How new states and outbox outputs are stored (see handlers.Processor).
     compression: Literal["zlib"] | None = None
 
@@ -86,6 +89,12 @@ class JobSettings:
             not isinstance(self.retain_for, timedelta) or self.retain_for < timedelta(0)
         ):
             raise ValueError(f"retain_for must be a timedelta >= 0, got {self.retain_for!r}")
+        if (
+            isinstance(self.retain_at_least, bool)
+            or not isinstance(self.retain_at_least, int)
+            or self.retain_at_least < 1
+        ):
+            raise ValueError(f"retain_at_least must be an int >= 1, got {self.retain_at_least!r}")
         if self.compression not in (None, "zlib"):
             raise ValueError(f"compression must be None or 'zlib', got {self.compression!r}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -53,18 +54,21 @@ def process_stream(
     The processing is part of the streaming plan (not of ``foreachBatch``),
     so the plan's observed metrics are what each micro-batch did.
     """
-    if order_by is None:
-        messages = stream.select(*_message_columns(stream))
-        numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
-        messages = messages.mapInArrow(number_rows, numbered)
-    else:
-        messages = stream.select(*_message_columns(stream), F.col(order_by).alias(ORDER))
     job = settings
 
     def run(batches: Any) -> Any:
         return process_batches(batches, job)
 
-    results = messages.repartition(partitions, "key").mapInArrow(run, RESULT_SCHEMA)
+    with warnings.catch_warnings():
+        # PySpark 3.5's mapInArrow checks the pandas version with distutils.
+        warnings.filterwarnings("ignore", "distutils Version classes", DeprecationWarning)
+        if order_by is None:
+            messages = stream.select(*_message_columns(stream))
+            numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
+            messages = messages.mapInArrow(number_rows, numbered)
+        else:
+            messages = stream.select(*_message_columns(stream), F.col(order_by).alias(ORDER))
+        results = messages.repartition(partitions, "key").mapInArrow(run, RESULT_SCHEMA)
     return results.observe(METRICS, *_metrics())
 
 

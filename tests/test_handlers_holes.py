@@ -30,7 +30,7 @@ from handlers import (
 )
 from handlers._codec import digest, pack
 from handlers._outcome import StrategyName
-from handlers._store import StoredVersion
+from handlers._store import RETAIN_CUT, StoredVersion
 from streamstone_py import Partition, Stream
 from tests.faults import Crash, CrashingTransport, FaultPlan, FaultyTransport
 from tests.helpers import rows, wait
@@ -329,6 +329,30 @@ def window(strategy: StrategyName, keep_last: int) -> range:
     return range(11 - keep_last - (strategy == "state"), 11)
 
 
+def interrupt_retain(
+    table: TableClient,
+    connection_string: str,
+    strategy: StrategyName,
+    game: str,
+    keep_last: int,
+    *,
+    at: int,
+    when: str,
+) -> tuple[list[Message], list[str]]:
+    """A 10-version stream whose ``retain(keep_last=...)`` crashed at request
+    ``at``: its messages, and its rows before the call."""
+    if at > REQUESTS[strategy]:
+        pytest.skip(f"retain sends {REQUESTS[strategy]} requests under {strategy}")
+    messages = fill(table, strategy, game, 10)
+    untouched = row_keys(table, game)
+    transport = CrashingTransport(at=at, when=when)
+    with pytest.raises(Crash):
+        make(faulty_client(connection_string, table, transport), strategy).retain(
+            game, keep_last=keep_last
+        )
+    return messages, untouched
+
+
 @pytest.mark.parametrize("when", ["before", "after"])
 @pytest.mark.parametrize("at", range(1, 10))
 @pytest.mark.parametrize(("first", "then"), [(3, 3), (1, 5)], ids=["same", "wider"])
@@ -343,15 +367,10 @@ def test_retain_interrupted_at_any_request_is_finished_by_the_next_call(
     then: int,
 ) -> None:
     # "wider": an operator's retain(keep_last=1) dies, and the retry keeps more.
-    if at > REQUESTS[strategy]:
-        pytest.skip(f"retain sends {REQUESTS[strategy]} requests under {strategy}")
-    messages = fill(table, strategy, game, 10)
+    messages, untouched = interrupt_retain(
+        table, connection_string, strategy, game, first, at=at, when=when
+    )
     ids = [m.id for m in messages]
-    untouched = row_keys(table, game)
-    transport = CrashingTransport(at=at, when=when)
-    interrupted = make(faulty_client(connection_string, table, transport), strategy)
-    with pytest.raises(Crash):
-        interrupted.retain(game, keep_last=first)
     started = row_keys(table, game) != untouched
 
     make(table, strategy).retain(game, keep_last=then)  # a fresh process
@@ -374,6 +393,31 @@ def test_retain_interrupted_at_any_request_is_finished_by_the_next_call(
         ("completed", 11),
     ]
     assert newest(make(table, strategy), game) == (11, {"count": 11, "seen": [*ids, "new"]})
+
+
+@pytest.mark.parametrize("at", range(1, 10))
+def test_an_interrupted_cut_is_finished_by_a_call_with_a_larger_at_least(
+    table: TableClient, connection_string: str, strategy: StrategyName, game: str, at: int
+) -> None:
+    # at_least postpones a new cut, never the end of an interrupted one.
+    messages, untouched = interrupt_retain(
+        table, connection_string, strategy, game, 3, at=at, when="after"
+    )
+    ids = [m.id for m in messages]
+    header = Stream.open(Partition(table, game, "Tally"))
+    recorded = header.properties.get(RETAIN_CUT)
+    started = row_keys(table, game) != untouched
+
+    # Alone, keep_last=3 with at_least=50 removes nothing: 10 versions hold 6 or 7.
+    make(table, strategy).retain(game, keep_last=3, at_least=50)
+
+    narrow = expected_rows(strategy, window(strategy, 3), ids)
+    found = row_keys(table, game)
+    if (isinstance(recorded, int) and recorded > 1) or started:
+        assert found == narrow  # what the interrupted call began is finished
+    else:
+        assert found == untouched  # it had only read: nothing to finish, nothing new cut
+    assert make(table, strategy).retain(game, keep_last=3, at_least=50) == 0
 
 
 def test_a_write_between_an_interrupted_retain_and_the_next_keeps_the_recorded_cut(

@@ -170,3 +170,24 @@ def test_with_a_cache_a_retain_with_nothing_to_remove_makes_no_request(
     assert calls == []
     assert p.retain(game, keep_last=3) == 1  # now there is something: it reads
     assert calls[:1] == ["open"]
+
+
+def test_at_least_waits_until_that_many_versions_can_go(table: TableClient, game: str) -> None:
+    p, _ = fill(table, "state", game, 5, cache=HeaderCache())
+    calls = count_store_calls(p)
+
+    # Versions 1-5, keep_last=1: 5 and the one before stay, 3 could go.
+    assert p.retain(game, keep_last=1, at_least=4) == 0
+    assert calls == []  # the cached header shows too little: no request
+    p.process_batch(game, [Message("shot-5", game, "FireAt", {"position": 5})])
+    assert p.retain(game, keep_last=1, at_least=4) == 4
+    assert [e.id for e in Stream.read(p.store.partition(game)).events] == ["shot-4", "shot-5"]
+    uncached = Processor(shooting_range, table, InMemoryPublisher())
+    uncached.process_batch(game, [Message("shot-6", game, "FireAt", {"position": 6})])
+    assert uncached.retain(game, keep_last=1, at_least=2) == 0  # only version 5 could go
+    assert [e.id for e in Stream.read(p.store.partition(game)).events] == [
+        "shot-4", "shot-5", "shot-6"
+    ]  # fmt: skip
+    for bad in (0, True, "2"):
+        with pytest.raises(ValueError, match=f"at_least must be an int >= 1, got {bad!r}"):
+            p.retain(game, keep_last=1, at_least=bad)  # type: ignore[arg-type]

@@ -227,6 +227,10 @@ def test_refusals_are_one_line_and_exit_2_before_spark_starts(
         "unrecognized arguments: --bogus": [*base, "--bogus"],
         "--spark-log-level: invalid choice: 'LOUD'": [*base, "--spark-log-level", "LOUD"],
         "--keep-last must be >= 0, got -1": [*base, "--keep-last", "-1"],
+        "--retain-at-least must be >= 1, got 0": [*base, "--retain-at-least", "0"],
+        "--retain-at-least needs --keep-last or --retain-for": [
+            *base, "--retain-at-least", "4"
+        ],
         "--retain-for: duration '1w' is not like 7d, 36h, 1h30m or 90s": [
             *base, "--retain-for", "1w"
         ],

@@ -18,7 +18,7 @@ from spark_driver import JobSettings, run_batch, run_stream
 from spark_driver._settings import parse_duration
 from streamstone_py import Partition, Stream, join_binary
 from tests.spark.conftest import write_jsonl
-from tests.spark.test_pipeline import STRATEGIES, arrange, assert_as_clean, client, outputs
+from tests.spark.test_pipeline import arrange, assert_as_clean, client, outputs
 
 GAMES, BATCHES = 4, 4
 
@@ -41,9 +41,12 @@ def kept_versions(table: str, key: str, handler: str = "ShootingRange") -> list[
     return [e.version for e in Stream.read(partition, start_version=1).events]
 
 
-@STRATEGIES
+@pytest.mark.parametrize(
+    ("strategy", "at_least"), [("state", 1), ("outbox", 1), ("state", 3)],
+    ids=["state", "outbox", "state-at-least-3"],
+)  # fmt: skip
 def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised(
-    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any, at_least: int
 ) -> None:
     # Micro-batch b brings shots 2b+1 and 2b+2 of every game: two versions per key.
     inbox = tmp_path / "inbox"
@@ -61,8 +64,9 @@ def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised
               clean, partitions=2)  # fmt: skip
     client(table_name)
     settings = JobSettings(
-        table=table_name, handler="shooting_range", strategy=strategy, keep_last=2
-    )
+        table=table_name, handler="shooting_range", strategy=strategy, keep_last=2,
+        retain_at_least=at_least,
+    )  # fmt: skip
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
 
     batches = run_stream(
@@ -72,9 +76,14 @@ def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised
     # Each batch keeps the versions it touched. The state strategy also keeps
     # the one before the oldest kept (a duplicate is replayed on it); the
     # outbox strategy removes a version once its outputs were dispatched.
-    per_batch = [0, 1, 2, 2] if strategy == "state" else [0, 2, 2, 2]
+    # With at_least=3 a key is cut only once 3 versions can go: in batch 2
+    # (versions 1-3), not in batch 3 (4-5 could go), and not in the replay.
+    per_batch, kept = {
+        ("state", 1): ([0, 1, 2, 2], [6, 7, 8]),
+        ("outbox", 1): ([0, 2, 2, 2], [7, 8]),
+        ("state", 3): ([0, 0, 3, 0], [4, 5, 6, 7, 8]),
+    }[strategy, at_least]
     assert [s.versions_removed for _, s in batches] == [n * GAMES for n in per_batch]
-    kept = [6, 7, 8] if strategy == "state" else [7, 8]
     keys = [f"game-{g:03d}" for g in range(GAMES)]
     assert {key: kept_versions(table_name, key) for key in keys} == dict.fromkeys(keys, kept)
     merged = sorted(row for p in Path(out).iterdir() for row in outputs(spark, str(p)))
