@@ -25,6 +25,7 @@ from ._errors import (
     IllegalTransitionError,
     NonDeterministicHandlerError,
     StateTooLargeError,
+    UnreadableStateError,
 )
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
@@ -59,6 +60,7 @@ __all__ = [
     "StateTooLargeError",
     "StoredVersion",
     "TablePublisher",
+    "UnreadableStateError",
     "handler",
     "scan_keys",
     "scan_states",

@@ -23,8 +23,11 @@ def _size(stream: Stream) -> int:
 class HeaderCache:
     """A bounded, thread-safe map from a key's stream to its newest known header.
 
-    Share one between the processors of a worker (it is keyed by table, handler
-    and key). A cached header is only ever a guess: the write that uses it is
+    Share one between the processors of a worker: it is keyed by account
+    endpoint, table, handler and key, and hands a header back on the caller's
+    own partition, so a write goes through the caller's client, never through
+    the client of the processor that stored the entry (which may be another
+    account's, or closed). A cached header is only ever a guess: the write that uses it is
     conditional on its ETag, so a stale entry costs a refused write and a read,
     never a wrong state. The least recently used entries go first once either
     bound is reached; ``max_bytes`` counts the state each header carries.
@@ -47,19 +50,27 @@ class HeaderCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str, str], tuple[Stream, int]] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str, str], tuple[Stream, int]] = OrderedDict()
         self._bytes = 0
         self._guesses: deque[bool] = deque(maxlen=window)
-        #: Lookups that found a header, lookups that did not, and cached or
-        #: guessed headers that a refused write proved stale.
+        #: Lookups that found a header, and lookups that did not.
         self.hits = 0
         self.misses = 0
+        #: Cached headers that a refused write proved stale (a rival wrote).
         self.stale = 0
+        #: Keys the cache had not seen, written as new streams, that existed.
+        self.wrong_guesses = 0
 
     @staticmethod
-    def _key(partition: Partition) -> tuple[str, str, str]:
-        # The row-key prefix names the virtual partition: the handler's stream.
-        return (partition.table.table_name, partition.partition_key, partition.row_key_prefix)
+    def _key(partition: Partition) -> tuple[str, str, str, str]:
+        # Two accounts may hold tables of the same name: the endpoint tells them
+        # apart. The row-key prefix names the virtual partition (the handler).
+        return (
+            partition.endpoint,
+            partition.table_name,
+            partition.partition_key,
+            partition.row_key_prefix,
+        )
 
     def __len__(self) -> int:
         with self._lock:
@@ -72,7 +83,8 @@ class HeaderCache:
             return self._bytes
 
     def get(self, partition: Partition) -> Stream | None:
-        """The header last put for this partition, or None."""
+        """The header last put for this partition's stream, on ``partition``
+        itself (its client and retry policy), or None."""
         key = self._key(partition)
         with self._lock:
             entry = self._entries.get(key)
@@ -81,7 +93,8 @@ class HeaderCache:
                 return None
             self._entries.move_to_end(key)
             self.hits += 1
-            return entry[0]
+            stream = entry[0]
+        return stream.with_partition(partition)
 
     def put(self, stream: Stream) -> None:
         """Remember this header as the newest known for its stream."""
@@ -109,11 +122,15 @@ class HeaderCache:
             if old is not None:
                 self._bytes -= old[1]
 
-    def refused(self, partition: Partition) -> None:
-        """A write on this partition's cached or guessed header was refused."""
+    def refused(self, partition: Partition, *, guessed_new: bool = False) -> None:
+        """A write on this partition's cached header (or, ``guessed_new``, on a
+        guess that an unseen key was new) was refused."""
         self.drop(partition)
         with self._lock:
-            self.stale += 1
+            if guessed_new:
+                self.wrong_guesses += 1
+            else:
+                self.stale += 1
 
     def guess_new(self) -> bool:
         """Whether to write an unseen key as a new stream without reading first."""
@@ -178,8 +195,9 @@ class BatchHeader:
         self.read = current
         if guessed:
             assert self.cache is not None
+            new_key = self.unseen
             self._learned(False)
-            self.cache.refused(self.partition)
+            self.cache.refused(self.partition, guessed_new=new_key)
         return guessed
 
     def _learned(self, new: bool) -> None:

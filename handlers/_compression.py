@@ -46,4 +46,9 @@ def unpack_stored(data: bytes) -> bytes:
     codec = data[1:2]
     if codec != bytes([_ZLIB]):
         raise ValueError(f"stored value compressed with unknown codec {codec!r}")
-    return zlib.decompress(data[2:])
+    try:
+        return zlib.decompress(data[2:])
+    except zlib.error as exc:
+        raise ValueError(
+            f"stored value compressed with zlib cannot be decompressed: {exc}"
+        ) from exc

@@ -7,6 +7,7 @@
     │                                 watermark)
     ├── StateTooLargeError            a new state does not fit one stored version
     │                                 (also a ValueError)
+    ├── UnreadableStateError          a stored state cannot be read (key, version)
     └── IllegalTransitionError        a receive moved against its state machine
                                       (also a RuntimeError)
 
@@ -20,6 +21,10 @@
 - :class:`StateTooLargeError`: names the handler, the message and the size.
 - :class:`HandlerFailedError`: the handler raised; the original exception is
   its ``__cause__``.
+- :class:`UnreadableStateError`: a state stored in the table cannot be read
+  back (damaged by an outside write, or a state class that no longer loads
+  it); names the key and the version. The key's messages are abandoned, the
+  other keys go on; nothing is written on a state that cannot be read.
 
 Storage errors come from :mod:`streamstone_py` (its tree is drawn in
 ``streamstone_py._errors``); a processor reports them as faulted outcomes.
@@ -36,6 +41,7 @@ __all__ = [
     "IllegalTransitionError",
     "NonDeterministicHandlerError",
     "StateTooLargeError",
+    "UnreadableStateError",
 ]
 
 
@@ -104,6 +110,20 @@ class StateTooLargeError(HandlerError, ValueError):
         self.message_id = message_id
         self.size = size
         self.limit = limit
+
+
+class UnreadableStateError(HandlerError):
+    """A stored state (or stored version) of a key cannot be read back."""
+
+    def __init__(self, handler: str, key: str, version: int, detail: str) -> None:
+        super().__init__(
+            f"the stored state of key {key!r} (handler {handler!r}) at version {version} "
+            f"cannot be read: {detail}"
+        )
+        self.handler = handler
+        self.key = key
+        self.version = version
+        self.detail = detail
 
 
 class HandlerFailedError(HandlerError):

@@ -10,8 +10,9 @@ decides it:
 4. known to be stored (the write found it) or sent before retention's
    watermark: replayed as a duplicate, or refused;
 5. its id cannot be a row key: abandoned;
-6. the handler fails on the newest state: if the message is stored after
-   all, replayed as a duplicate; otherwise abandoned, and the key stops;
+6. the handler fails on the newest state (or that state cannot be read):
+   if the message is stored after all, replayed as a duplicate; otherwise
+   abandoned, and the key stops;
 7. its version cannot be stored (over the table's limits): abandoned;
 8. otherwise processed: a new version, and its outputs.
 """
@@ -34,7 +35,12 @@ from streamstone_py import (
 from ._codec import digest, pack
 from ._compression import pack_stored
 from ._context import HandlerContext
-from ._errors import DuplicateOutsideWindowError, HandlerError, NonDeterministicHandlerError
+from ._errors import (
+    DuplicateOutsideWindowError,
+    HandlerError,
+    NonDeterministicHandlerError,
+    UnreadableStateError,
+)
 from ._message import Message
 from ._outcome import Found, LateDuplicates, Plan, Step
 from ._reading import header_state
@@ -163,7 +169,13 @@ class _Fold:
         self.key = key
         self.stream = stream
         self.stored = stored
-        self.state = header_state(folder.handler, stream if not stream.is_transient else None)
+        # A header whose state cannot be read fails each message as a handler
+        # error would: the key stops, and a stored duplicate is still replayed.
+        self.unreadable: UnreadableStateError | None = None
+        try:
+            self.state = header_state(folder.handler, None if stream.is_transient else stream)
+        except UnreadableStateError as exc:
+            self.state, self.unreadable = b"", exc
         self.watermark = stream.properties.get(WATERMARK)
         # Retention's marks survive every write: a recorded cut may still be unfinished.
         self.header = {
@@ -182,7 +194,7 @@ class _Fold:
 
     def _step(self, message: Message) -> None:
         if self.stopped is not None:
-            return self._abandon(message, HandlerError(self.stopped))
+            return self._abandon(message, HandlerError(self.stopped), stops_key=True)
         handler = self.folder.handler
         if not handler.accepts(message.type):
             reason = f"handler {handler.name!r} does not handle type {message.type!r}"
@@ -223,11 +235,13 @@ class _Fold:
         folder = self.folder
         context = HandlerContext(message, handler=folder.handler.name, now=folder.now())
         try:
-            after = folder.replayer.invoke(self.state, message, context)
+            if self.unreadable is not None:
+                raise self.unreadable
+            after = folder.replayer.invoke(self.state, self.version, message, context)
         except HandlerError as exc:
             found = folder.stored_original(self.key, message)
             if found is None:
-                self._abandon(message, exc)
+                self._abandon(message, exc, stops_key=True)
                 self.stopped = f"an earlier message of key {self.key!r} failed: {exc}"
                 return
             self.stored[message.id] = found
@@ -252,16 +266,17 @@ class _Fold:
         if isinstance(found, Step):
             self._add(found)
             return
-        self.steps.append(Step(message, "abandoned", error=found))
-        if stop_if_nondeterministic and isinstance(found, NonDeterministicHandlerError):
+        stops = stop_if_nondeterministic and isinstance(found, NonDeterministicHandlerError)
+        self.steps.append(Step(message, "abandoned", error=found, stops_key=stops))
+        if stops:
             self.stopped = f"an earlier message of key {self.key!r} failed: {found}"
 
     def _add(self, step: Step) -> None:
         self.steps.append(step)
         self.seen[step.message.id] = step
 
-    def _abandon(self, message: Message, error: BaseException) -> None:
-        self.steps.append(Step(message, "abandoned", error=error))
+    def _abandon(self, message: Message, error: BaseException, *, stops_key: bool = False) -> None:
+        self.steps.append(Step(message, "abandoned", error=error, stops_key=stops_key))
 
 
 def confirmed_by_write(plan: Plan) -> bool:

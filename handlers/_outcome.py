@@ -82,6 +82,10 @@ class Outcome:
     outputs: tuple[Message, ...] = ()
     reason: str | None = None
     error: BaseException | None = field(default=None, compare=False)
+    #: The key's later messages must wait for this one: it is faulted (in
+    #: doubt), or abandoned by a failing handler (or after one). A caller that
+    #: hands a key's messages over in several batches stops the key there too.
+    stops_key: bool = False
 
     @property
     def message_id(self) -> str:
@@ -100,6 +104,18 @@ class ProcessorStats:
     outputs: int = 0
     conflicts_retried: int = 0
 
+    def count(self, outcome: Outcome) -> None:
+        """Add one outcome (a faulted message's outputs are not counted)."""
+        self.outputs += len(outcome.outputs) if outcome.status != "faulted" else 0
+        if outcome.status == "completed":
+            self.completed += 1
+        elif outcome.status == "duplicate":
+            self.duplicates += 1
+        elif outcome.status == "abandoned":
+            self.abandoned += 1
+        else:
+            self.faulted += 1
+
 
 @dataclass(slots=True)
 class Step:
@@ -111,6 +127,7 @@ class Step:
     outputs: tuple[Message, ...] = ()
     error: BaseException | None = None
     dispatch: bool = False  # outbox: outputs to mark dispatched after publishing
+    stops_key: bool = False  # abandoned by a failing handler, or after one
 
 
 @dataclass(slots=True)
@@ -146,11 +163,13 @@ def outcome_of(step: Step, fault: BaseException | None) -> Outcome:
     if fault is not None and step.status != "abandoned":
         receive.fault(f"{type(fault).__name__}: {fault}")
         outcome = Outcome(
-            step.message, "faulted", step.version, step.outputs, receive.reason, fault
+            step.message, "faulted", step.version, step.outputs, receive.reason, fault, True
         )
     elif step.status == "abandoned":
         receive.abandon(str(step.error))
-        outcome = Outcome(step.message, "abandoned", None, (), receive.reason, step.error)
+        outcome = Outcome(
+            step.message, "abandoned", None, (), receive.reason, step.error, step.stops_key
+        )
     else:
         receive.complete()
         outcome = Outcome(step.message, step.status, step.version, step.outputs)

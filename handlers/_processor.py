@@ -67,7 +67,7 @@ from ._outcome import (
     utcnow,
 )
 from ._publish import Publisher
-from ._reading import check_page_size, header_state, key_state, key_version, next_page
+from ._reading import check_page_size, decode_state, key_state, key_version, next_page
 from ._replay import Replayer
 from ._retention import retain
 from ._store import StateStore
@@ -175,7 +175,7 @@ class Processor(Generic[S]):
         start: int | None = stream.first_version if stream is not None else None
         while start is not None:
             page = self.store.read(partition, start, page_size)
-            yield from (key_version(self.handler, event) for event in page.events)
+            yield from (key_version(self.handler, key, event) for event in page.events)
             start = next_page(page, start)
 
     def load_state(self, key: str, message_id: str) -> LoadedState[S]:
@@ -187,12 +187,13 @@ class Processor(Generic[S]):
         partition = self.store.partition(key)
         version = self.store.find(partition, message_id)
         if version is None:
-            stream = self.store.open(partition)
-            state = self.handler.decode_state(header_state(self.handler, stream))
-            return LoadedState(state, stream.version if stream else 0, False)
+            newest = key_state(self.handler, key, self.store.open(partition))
+            return LoadedState(newest.state, newest.version, False)
         replayer = self._strategy.replayer
         original, before = replayer.versions_around(key, message_id, version)
-        return LoadedState(self.handler.decode_state(before), version - 1, True, original)
+        return LoadedState(
+            decode_state(self.handler, key, version - 1, before), version - 1, True, original
+        )
 
     # --- processing ---------------------------------------------------------------
 
@@ -227,6 +228,10 @@ class Processor(Generic[S]):
             if self.cache is not None:
                 self.cache.drop(partition)  # in doubt: the next batch reads first
             return self._finish(messages, None, exc)
+        except BaseException:
+            if self.cache is not None:
+                self.cache.drop(partition)  # an entry never outlives a failure it took part in
+            raise
         publish = [o for step in plan.steps for o in step.outputs]
         try:
             if publish:
@@ -299,20 +304,8 @@ class Processor(Generic[S]):
         steps = plan.steps if plan is not None else [Step(m, "faulted") for m in messages]
         outcomes = [outcome_of(step, fault) for step in steps]
         for outcome in outcomes:
-            self._count(outcome)
+            self.stats.count(outcome)
         return outcomes
-
-    def _count(self, outcome: Outcome) -> None:
-        stats = self.stats
-        stats.outputs += len(outcome.outputs) if outcome.status != "faulted" else 0
-        if outcome.status == "completed":
-            stats.completed += 1
-        elif outcome.status == "duplicate":
-            stats.duplicates += 1
-        elif outcome.status == "abandoned":
-            stats.abandoned += 1
-        else:
-            stats.faulted += 1
 
     # --- retention ------------------------------------------------------------------
 

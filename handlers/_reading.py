@@ -11,12 +11,14 @@ from azure.data.tables import TableClient
 from streamstone_py import RecordedEvent, Stream, StreamSlice, join_binary
 
 from ._compression import unpack_stored
+from ._errors import UnreadableStateError
 from ._handler import Handler
 from ._outcome import KeyState, KeyVersion
 from ._store import STATE, StoredVersion
 
 __all__ = [
     "check_page_size",
+    "decode_state",
     "header_state",
     "key_state",
     "key_version",
@@ -29,22 +31,40 @@ S = TypeVar("S")
 
 
 def header_state(handler: Handler[Any], stream: Stream | None) -> bytes:
-    """The encoded state a header holds (the initial state: never written)."""
+    """The encoded state a header holds (the initial state: never written);
+    :class:`UnreadableStateError` if it cannot be read back."""
     if stream is None or f"{STATE}_Parts" not in stream.properties:
         return handler.encode_state(handler.initial_state())
-    return unpack_stored(join_binary(STATE, stream.properties))
+    try:
+        return unpack_stored(join_binary(STATE, stream.properties))
+    except Exception as exc:  # a damaged row: missing parts, a bad codec, cut zlib
+        key = stream.partition.partition_key
+        raise UnreadableStateError(handler.name, key, stream.version, str(exc)) from exc
+
+
+def decode_state(handler: Handler[S], key: str, version: int, state: bytes) -> S:
+    """``handler.decode_state(state)``, or :class:`UnreadableStateError` naming
+    the key and the version the state was stored at."""
+    try:
+        return handler.decode_state(state)
+    except Exception as exc:  # damaged msgpack, or a state class that cannot load it
+        raise UnreadableStateError(handler.name, key, version, str(exc)) from exc
 
 
 def key_state(handler: Handler[S], key: str, stream: Stream | None) -> KeyState[S]:
     """A key's newest state from its header (``None``: never written)."""
-    state = handler.decode_state(header_state(handler, stream))
-    return KeyState(key, stream.version if stream is not None else 0, state)
+    version = stream.version if stream is not None else 0
+    state = decode_state(handler, key, version, header_state(handler, stream))
+    return KeyState(key, version, state)
 
 
-def key_version(handler: Handler[S], event: RecordedEvent) -> KeyVersion[S]:
-    stored = StoredVersion.from_event(event)
+def key_version(handler: Handler[S], key: str, event: RecordedEvent) -> KeyVersion[S]:
+    try:
+        stored = StoredVersion.from_event(event)
+    except Exception as exc:
+        raise UnreadableStateError(handler.name, key, event.version, str(exc)) from exc
     message_type = str(event.properties.get("MessageType", ""))
-    state = handler.decode_state(stored.state)
+    state = decode_state(handler, key, stored.version, stored.state)
     return KeyVersion(stored.version, stored.message_id, message_type, stored.now, state)
 
 
@@ -77,8 +97,9 @@ def scan_states(
     """
     for found in Stream.scan(table, handler.name, start_key=start_key, end_key=end_key):
         stream = found.stream
-        state = handler.decode_state(header_state(handler, stream))
-        yield KeyState(stream.partition.partition_key, stream.version, state, found.updated)
+        key = stream.partition.partition_key
+        state = decode_state(handler, key, stream.version, header_state(handler, stream))
+        yield KeyState(key, stream.version, state, found.updated)
 
 
 def scan_keys(

@@ -19,6 +19,7 @@ from ._errors import (
 from ._handler import Handler
 from ._message import Message
 from ._outcome import Found, Step
+from ._reading import decode_state
 from ._store import WATERMARK, StateStore, StoredVersion
 
 __all__ = ["MAX_STATE_BYTES", "Replayer"]
@@ -39,9 +40,12 @@ class Replayer:
         self.handler = handler
         self.store = store
 
-    def invoke(self, state: bytes, message: Message, context: HandlerContext) -> bytes:
-        """The encoded state after ``message``; the handler's own failure is wrapped."""
-        decoded = self.handler.decode_state(state)
+    def invoke(
+        self, state: bytes, version: int, message: Message, context: HandlerContext
+    ) -> bytes:
+        """The encoded state after ``message``, handled on ``state`` (stored at
+        ``version``); the handler's own failure is wrapped."""
+        decoded = decode_state(self.handler, message.key, version, state)
         try:
             encoded = self.handler.encode_state(self.handler.apply(decoded, message, context))
         except HandlerError:
@@ -71,10 +75,10 @@ class Replayer:
         found = {e.version: e for e in page.events}
         if version not in found or (version > 1 and version - 1 not in found):
             raise self.outside(message_id, WINDOW_REMOVED, page.stream.properties.get(WATERMARK))
-        original = StoredVersion.from_event(found[version])
+        original = self.store.stored_version(key, found[version])
         if version == 1:
             return original, self.initial()
-        return original, StoredVersion.from_event(found[version - 1]).state
+        return original, self.store.stored_version(key, found[version - 1]).state
 
     def replay(self, key: str, message: Message) -> Step:
         """A message found stored: its outputs again, checked against the original."""
@@ -97,7 +101,7 @@ class Replayer:
             id_scheme=original.id_scheme,
         )
         try:
-            after = self.invoke(before, message, context)
+            after = self.invoke(before, original.version - 1, message, context)
         except HandlerFailedError as exc:
             raise NonDeterministicHandlerError(
                 name, message.id, f"it raised {exc.__cause__!r} this time"
@@ -107,12 +111,13 @@ class Replayer:
             raise NonDeterministicHandlerError(name, message.id, "output digest differs")
         # Both through the current state class: a field added with a default, or
         # removed, since the original was stored is not a difference in behaviour.
-        if after != original.state and after != self._current(original.state):
+        if after != original.state and after != self._current(message.key, original):
             raise NonDeterministicHandlerError(name, message.id, "new state differs")
         return Step(message, "duplicate", version=original.version, outputs=outputs)
 
-    def _current(self, state: bytes) -> bytes:
-        return self.handler.encode_state(self.handler.decode_state(state))
+    def _current(self, key: str, original: StoredVersion) -> bytes:
+        decoded = decode_state(self.handler, key, original.version, original.state)
+        return self.handler.encode_state(decoded)
 
     def window(self, key: str, unresolved: Sequence[Message], anchor: str) -> dict[str, Found]:
         """Resolve the duplicates of a batch together, starting from one found stored.
@@ -140,10 +145,11 @@ class Replayer:
                 if event.version == 1:
                     before = self.initial()
                 elif previous is not None:
-                    before = StoredVersion.from_event(previous).state
+                    before = self.store.stored_version(key, previous).state
                 else:  # the predecessor lies before the window or was truncated
                     _, before = self.versions_around(key, message.id, event.version)
-                results[message.id] = self.again(message, StoredVersion.from_event(event), before)
+                original = self.store.stored_version(key, event)
+                results[message.id] = self.again(message, original, before)
             except HandlerError as exc:
                 results[message.id] = exc
         if anchor not in results:  # removed between the find and the read

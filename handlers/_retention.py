@@ -51,7 +51,9 @@ def retain(
     partition = store.partition(key)
     if cache is not None:
         cached = cache.get(partition)
-        if older_than is None and _nothing_to_remove(cached, keep_last, keep_from, at_least):
+        if older_than is None and _nothing_to_remove(
+            strategy, cached, keep_last, keep_from, at_least
+        ):
             return 0
         cache.drop(partition)  # the header changes below; put back at the end
     stream = store.open(partition)
@@ -82,23 +84,36 @@ def _interrupted(stream: Stream) -> bool:
 
 
 def _nothing_to_remove(
-    cached: Stream | None, keep_last: int | None, keep_from: int | None, at_least: int = 1
+    strategy: Strategy,
+    cached: Stream | None,
+    keep_last: int | None,
+    keep_from: int | None,
+    at_least: int = 1,
 ) -> bool:
     """Whether the header this worker last saw shows that a ``keep_last`` call
-    would remove nothing, or fewer than ``at_least`` versions (no request
-    needed). A stale header only ever postpones a removal to a later call:
-    it never removes more."""
+    would remove fewer than ``at_least`` versions (no request needed).
+
+    The same cut as :func:`_removable`'s before what only a read can tell
+    (the outbox's undispatched rows), which can only lower it: so a stale
+    header only ever postpones a removal to a later call, never removes more.
+    """
     if cached is None or keep_last is None:
         return False
-    first = cached.first_version
     if _interrupted(cached):
         return False  # an interrupted cut to finish
-    # Versions below ``cut`` would go; the state strategy also keeps the one
-    # before the oldest kept (the outbox strategy may remove it: one is left over).
-    cut = cached.version - keep_last
+    cut = strategy.hold_bound(_bounded_cut(cached, keep_last, keep_from), cached.version)
+    return cut - cached.first_version < at_least
+
+
+def _bounded_cut(stream: Stream, keep_last: int | None, keep_from: int | None) -> int:
+    """The cut the count bounds allow: versions below it may go (``first``: none)."""
+    first = stream.first_version
+    cut = stream.version + 1
+    if keep_last is not None:
+        cut = min(cut, max(first, stream.version - keep_last + 1))
     if keep_from is not None:
-        cut = min(cut, keep_from - 1)
-    return cut - first < at_least
+        cut = min(cut, max(first, keep_from))
+    return cut
 
 
 def _removable(
@@ -116,11 +131,7 @@ def _removable(
     bounds, so no kept version is left without its outbox row.
     """
     first = stream.first_version
-    cut = stream.version + 1
-    if keep_last is not None:
-        cut = min(cut, max(first, stream.version - keep_last + 1))
-    if keep_from is not None:
-        cut = min(cut, max(first, keep_from))
+    cut = _bounded_cut(stream, keep_last, keep_from)
     recorded = stream.properties.get(RETAIN_CUT)
     started = recorded if isinstance(recorded, int) and first < recorded else first
     started = min(started, stream.version + 1)
@@ -128,7 +139,8 @@ def _removable(
     if upper <= first:
         return []
     page = strategy.store.read(stream.partition, first, upper - first)
-    candidates = [StoredVersion.from_event(e) for e in page.events]
+    key = stream.partition.partition_key
+    candidates = [strategy.store.stored_version(key, e) for e in page.events]
     if older_than is not None:
         limit = now() - older_than
         young = [r.version for r in candidates if r.now >= limit]

@@ -44,6 +44,7 @@ from streamstone_py import (
 
 from ._codec import unpack
 from ._compression import Compression, check_compression, unpack_stored
+from ._errors import UnreadableStateError
 
 __all__ = ["OutboxRecord", "StateStore", "StoredVersion"]
 
@@ -70,14 +71,16 @@ class StoredVersion:
 
     @classmethod
     def from_event(cls, event: RecordedEvent) -> StoredVersion:
+        """The stored version an event holds; ``ValueError`` if it cannot be read."""
         props = event.properties
-        now = props["Now"]
-        digest = props["Digest"]
+        now = props.get("Now")
+        digest = props.get("Digest")
         captures = props.get("Captures")
         id_scheme = props.get(ID_SCHEME, 1)
-        assert isinstance(now, datetime)
-        assert isinstance(digest, str)
-        assert isinstance(id_scheme, int)
+        if not isinstance(now, datetime) or not isinstance(digest, str):
+            raise ValueError(f"version {event.version} lacks a Now time or a Digest")
+        if not isinstance(id_scheme, int) or isinstance(id_scheme, bool):
+            raise ValueError(f"version {event.version} has an {ID_SCHEME} of {id_scheme!r}")
         return cls(
             version=event.version,
             message_id=event.id or "",
@@ -116,6 +119,13 @@ class StateStore:
 
     def partition(self, key: str) -> Partition:
         return Partition(self.table, key, self.handler_name, retry=self.retry)
+
+    def stored_version(self, key: str, event: RecordedEvent) -> StoredVersion:
+        """The stored version of ``key`` an event holds, or :class:`UnreadableStateError`."""
+        try:
+            return StoredVersion.from_event(event)
+        except Exception as exc:  # any damage: msgpack, zlib, a missing property
+            raise UnreadableStateError(self.handler_name, key, event.version, str(exc)) from exc
 
     def outbox_row_key(self, message_id: str) -> str:
         return f"{self.handler_name}|{OUTBOX_PREFIX}{message_id}"

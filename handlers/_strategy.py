@@ -75,11 +75,16 @@ class Strategy(ABC):
         """The message whose include row already exists, if that is what failed."""
 
     @abstractmethod
+    def hold_bound(self, cut: int, version: int) -> int:
+        """Retention's cut below ``version`` (the newest), lowered by what this
+        strategy always keeps: the part of :meth:`hold` that needs no read."""
+
+    @abstractmethod
     def hold(
         self, partition: Partition, candidates: Sequence[StoredVersion], cut: int, version: int
     ) -> int:
         """Retention's cut below ``version`` (the newest), lowered to keep what
-        this strategy still needs of ``candidates``."""
+        this strategy still needs of ``candidates`` (never above :meth:`hold_bound`)."""
 
     @abstractmethod
     def before_truncate(self, partition: Partition, removed: Sequence[StoredVersion]) -> None:
@@ -114,11 +119,14 @@ class StateBased(Strategy):
     ) -> Message | None:
         return None
 
+    def hold_bound(self, cut: int, version: int) -> int:
+        # The oldest answered duplicate is replayed on the state of the version before it.
+        return cut - 1 if cut <= version else cut
+
     def hold(
         self, partition: Partition, candidates: Sequence[StoredVersion], cut: int, version: int
     ) -> int:
-        # The oldest answered duplicate is replayed on the state of the version before it.
-        return cut - 1 if cut <= version else cut
+        return self.hold_bound(cut, version)
 
     def before_truncate(self, partition: Partition, removed: Sequence[StoredVersion]) -> None:
         pass  # the versions are all there is
@@ -178,6 +186,9 @@ class Outbox(Strategy):
             if self.store.outbox_row_key(message.id) == row_key:
                 return message
         return None
+
+    def hold_bound(self, cut: int, version: int) -> int:
+        return cut  # what is held depends on the outbox rows: only a read tells
 
     def hold(
         self, partition: Partition, candidates: Sequence[StoredVersion], cut: int, version: int

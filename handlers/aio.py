@@ -65,5 +65,5 @@ async def history(
     while start is not None:
         page = await streams.Stream.read(partition, start, page_size)
         for event in page.events:
-            yield key_version(handler, event)
+            yield key_version(handler, key, event)
         start = next_page(page, start)

@@ -3,9 +3,7 @@ partition's messages handed key by key to the handlers runtime."""
 
 from __future__ import annotations
 
-import base64
 import itertools
-import json
 import logging
 import os
 import threading
@@ -19,9 +17,10 @@ from azure.data.tables import TableClient
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
-from streamstone_py import StreamstoneError, TableConfig, check_key
+from streamstone_py import StreamstoneError, TableConfig
 
 from ._logs import configure as configure_logging
+from ._rows import body_json, parse_row, raw_input
 from ._settings import JobSettings, resolve_handler
 
 __all__ = [
@@ -92,68 +91,6 @@ def table_client(table: str) -> TableClient:
         return client
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$base64": base64.b64encode(value).decode("ascii")}
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def body_json(body: Any) -> str:
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), default=_json_default)
-
-
-def _unparsed(row: Any) -> str | None:
-    """The input line Spark could not parse into columns (None: it parsed)."""
-    try:
-        line = row["_raw"]
-    except KeyError:  # rows built by a caller, not read by Spark
-        return None
-    return None if line is None else str(line)
-
-
-def _raw(row: Any) -> str:
-    """The input a dead letter came from, as a line that can be fixed and sent again."""
-    line = _unparsed(row)
-    if line is not None:
-        return line
-    fields = {name: row[name] for name in ("message_id", "key", "type", "body")}
-    return json.dumps(fields, sort_keys=True, default=_json_default)
-
-
-def _parse(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
-    """A message from an input row, or the reason it is dead-lettered."""
-    if _unparsed(row) is not None:
-        return None, "unparseable line: not a JSON object"
-    message_id, key, type_, body = row["message_id"], row["key"], row["type"], row["body"]
-    if not message_id:
-        return None, "missing message_id"
-    if not key:
-        return None, "missing key"
-    if not type_:
-        return None, "missing type"
-    if not handler_accepts(type_):
-        return None, f"unknown type {type_!r}"
-    try:
-        check_key("key", key)
-        if "|" in key:
-            raise ValueError(f"key {key!r} contains the virtual-partition separator '|'")
-    except (ValueError, TypeError) as exc:
-        return None, f"key cannot be stored: {exc}"
-    if body is None:
-        parsed: Any = None
-    elif isinstance(body, bytes | bytearray):
-        parsed = bytes(body)
-    else:
-        try:
-            parsed = json.loads(body)
-        except (ValueError, TypeError) as exc:
-            return None, f"unparseable body: {exc}"
-    try:
-        return Message(message_id, key, type_, parsed), None
-    except (ValueError, TypeError) as exc:
-        return None, f"invalid message: {exc}"
-
-
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
                  version: int | None, reason: str | None,
                  conflicts: int = 0, raw: str | None = None) -> tuple[Any, ...]:  # fmt: skip
@@ -209,18 +146,24 @@ def _process_key(
     messages: list[Message] = []
     done: list[Outcome] = []
     for row in rows:
-        message, reason = _parse(row, processor.handler.accepts)
+        message, reason = parse_row(row, processor.handler.accepts)
         if message is None:
             dead = _outcome_row(
                 row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,
-                raw=_raw(row),
+                raw=raw_input(row),
             )  # fmt: skip
             out.append(dead)
         else:
             messages.append(message)
+    stopped: Outcome | None = None
     for start in range(0, len(messages), settings.batch_size):
+        chunk = messages[start : start + settings.batch_size]
         conflicts_before = processor.stats.conflicts_retried
-        outcomes = processor.process_batch(key, messages[start : start + settings.batch_size])
+        if stopped is None:
+            outcomes = _process_chunk(processor, key, chunk, settings)
+            stopped = next((o for o in outcomes if o.stops_key), None)
+        else:  # as inside one batch: a key's later messages wait for the failed one
+            outcomes = [_held(m, key, stopped) for m in chunk]
         # On the batch's first outcome row, so the outcome rows add up to the run's total.
         conflicts = processor.stats.conflicts_retried - conflicts_before
         done.extend(outcomes)
@@ -246,6 +189,36 @@ def _process_key(
     if settings.retains and done:
         out.append(_retain(processor, key, done, settings))
     return out
+
+
+def _process_chunk(
+    processor: Processor[Any], key: str, chunk: list[Message], settings: JobSettings
+) -> list[Outcome]:
+    """``process_batch``, and a bulkhead: whatever escapes it faults this chunk
+    of this key (in doubt: it may have written), never the task's other keys."""
+    try:
+        return processor.process_batch(key, chunk)
+    except Exception as exc:
+        if settings.fail_fast:
+            raise
+        _log.exception("key %r: %d messages faulted by an unexpected error", key, len(chunk))
+        reason = f"{type(exc).__name__}: {exc}"
+        return [Outcome(m, "faulted", None, (), reason, exc, stops_key=True) for m in chunk]
+
+
+def _held(message: Message, key: str, stopped: Outcome) -> Outcome:
+    """A message after ``stopped`` in a later chunk: abandoned with the reason
+    ``process_batch`` gives a message after a failure inside one batch."""
+    if stopped.status == "faulted":
+        reason = (
+            f"not processed: an earlier message {stopped.message_id!r} of key {key!r} "
+            "is faulted (in doubt)"
+        )
+    elif str(stopped.reason).startswith("an earlier message of key"):
+        reason = str(stopped.reason)
+    else:
+        reason = f"an earlier message of key {key!r} failed: {stopped.reason}"
+    return Outcome(message, "abandoned", None, (), reason, stops_key=True)
 
 
 def _retain(

@@ -13,7 +13,8 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 from handlers import InMemoryPublisher, Processor, scan_keys, scan_states
 from streamstone_py import TableConfig
 
-from ._executor import body_json, table_client
+from ._executor import table_client
+from ._rows import body_json
 from ._settings import resolve_handler
 
 __all__ = ["HISTORY_SCHEMA", "STATES_SCHEMA", "read_history", "read_states"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Final
+from urllib.parse import urlsplit
 
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
@@ -11,7 +12,7 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._values import utf16_size
 
-__all__ = ["Partition", "check_key"]
+__all__ = ["Partition", "check_key", "table_endpoint"]
 
 #: Separates the physical partition key from a virtual stream's name.
 SEPARATOR: Final = "|"
@@ -28,6 +29,16 @@ RESERVED_PREFIX: Final = "SS-"
 
 # Characters Azure Tables refuses in keys: / \ # ? and the control characters.
 _FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
+
+
+def table_endpoint(table: object) -> str:
+    """``scheme://host/path`` of a table client's account, query dropped: the
+    same for every client of one account, different for two accounts."""
+    url = getattr(table, "url", None)
+    if not isinstance(url, str):
+        return ""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/").lower()
 
 
 def check_key(kind: str, key: object) -> str:
@@ -63,7 +74,7 @@ class Partition:
     stream name may not contain ``|`` nor start with ``SS-``.
     """
 
-    __slots__ = ("_key", "partition_key", "retry", "row_key_prefix", "table")
+    __slots__ = ("_endpoint", "_key", "partition_key", "retry", "row_key_prefix", "table")
 
     table: TableClient | AsyncTableClient
     partition_key: str
@@ -71,6 +82,7 @@ class Partition:
     #: How transient faults of this partition's storage calls are retried.
     retry: RetryPolicy
     _key: str
+    _endpoint: str
 
     def __init__(
         self,
@@ -114,6 +126,7 @@ class Partition:
         object.__setattr__(self, "partition_key", physical)
         object.__setattr__(self, "row_key_prefix", prefix)
         object.__setattr__(self, "_key", full)
+        object.__setattr__(self, "_endpoint", table_endpoint(table))
         # The longest engine row key is an id row; check the fixed part here.
         check_key("row key", self.header_row_key)
 
@@ -128,6 +141,13 @@ class Partition:
     @property
     def table_name(self) -> str:
         return str(self.table.table_name)
+
+    @property
+    def endpoint(self) -> str:
+        """The account endpoint the table client talks to, without its query
+        (so never a SAS token): with the table name and the key, what
+        identifies the stream."""
+        return self._endpoint
 
     @property
     def is_virtual(self) -> bool:
@@ -146,10 +166,13 @@ class Partition:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Partition):
             return NotImplemented
-        return (self.table_name, self._key) == (other.table_name, other._key)
+        # Two accounts (or emulators) may hold tables of the same name.
+        return (self._endpoint, self.table_name, self._key) == (
+            other._endpoint, other.table_name, other._key,
+        )  # fmt: skip
 
     def __hash__(self) -> int:
-        return hash((self.table_name, self._key))
+        return hash((self._endpoint, self.table_name, self._key))
 
     def __repr__(self) -> str:
         return f"Partition(table={self.table_name!r}, key={self._key!r})"

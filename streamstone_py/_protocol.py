@@ -23,11 +23,10 @@ from azure.data.tables import TableClient, UpdateMode
 
 from ._retry import (
     DEFAULT_POLICY,
-    TRANSPORT_ERRORS,
     RetryPolicy,
-    as_service_error,
     is_ambiguous,
     is_transient,
+    raise_as_storage_error,
 )
 
 T = TypeVar("T")
@@ -250,10 +249,8 @@ def advance(steps: Steps[Any], result: object, error: AzureError | None) -> Requ
 def _execute(table: TableClient, request: Request, deadline: float | None = None) -> object:
     try:
         return _send(table, request, call_options(deadline))
-    except AzureError:
-        raise
-    except TRANSPORT_ERRORS as exc:  # escaped the SDK, e.g. a response cut mid-body
-        raise as_service_error(exc) from exc
+    except Exception as exc:
+        raise_as_storage_error(exc)
 
 
 def _send(table: TableClient, request: Request, options: dict[str, Any]) -> object:

@@ -26,10 +26,12 @@ import asyncio
 import http.client
 import time
 from dataclasses import dataclass
-from typing import Final
+from pathlib import Path
+from typing import Final, NoReturn
 
 import tenacity
 from azure.core.exceptions import (
+    AzureError,
     DecodeError,
     HttpResponseError,
     IncompleteReadError,
@@ -43,7 +45,10 @@ __all__ = [
     "as_service_error",
     "is_ambiguous",
     "is_transient",
+    "masked_sdk_error",
     "proves_not_sent",
+    "raise_as_storage_error",
+    "sdk_call_error",
 ]
 
 
@@ -117,6 +122,42 @@ def as_service_error(exc: BaseException) -> ServiceRequestError | ServiceRespons
     if proves_not_sent(exc):
         return ServiceRequestError(f"no connection: {exc!r}", error=exc)
     return ServiceResponseError(f"the connection broke during the request: {exc!r}", error=exc)
+
+
+def masked_sdk_error(exc: BaseException) -> AzureError | None:
+    """The SDK's own error that its error handling failed on, if ``exc`` is that.
+
+    azure-data-tables decodes a failed call's response to name its error; a
+    response cut before its body leaves none, and the decoding raises
+    ``AttributeError`` from inside the SDK, the real error (a cut response:
+    ambiguous) as its context. That error is the one to act on.
+    """
+    if not isinstance(exc, AttributeError | TypeError):
+        return None
+    context = exc.__context__
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    inside_sdk = tb is not None and "azure" in Path(tb.tb_frame.f_code.co_filename).parts
+    return context if inside_sdk and isinstance(context, AzureError) else None
+
+
+def sdk_call_error(exc: Exception) -> AzureError | None:
+    """What a failed SDK call means in the runners' terms: the SDK's error, a
+    transport error that escaped the SDK as one, or ``None`` (not a storage fault)."""
+    if isinstance(exc, AzureError):
+        return exc
+    if isinstance(exc, TRANSPORT_ERRORS):  # escaped the SDK, e.g. a response cut mid-body
+        return as_service_error(exc)
+    return masked_sdk_error(exc)
+
+
+def raise_as_storage_error(exc: Exception) -> NoReturn:
+    """Raise what a failed SDK call means for the runners (see :func:`sdk_call_error`)."""
+    error = sdk_call_error(exc)
+    if error is None or error is exc:
+        raise exc
+    raise error from (None if error is exc.__context__ else exc)
 
 
 #: Statuses worth another try: timeout, throttling, and the service's own failures.

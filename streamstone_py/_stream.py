@@ -90,6 +90,22 @@ class Stream:
         copy._set(self.partition, self.etag, self.version, properties, self.first_version)
         return copy
 
+    def with_partition(self, partition: Partition) -> Stream:
+        """This header on another :class:`Partition` object of the same stream
+        (same endpoint, table and key), such as one built on a client of your
+        own: the verbs then send through that partition's client, with its
+        retry policy. Raises ``ValueError`` for a partition of another stream."""
+        if not isinstance(partition, Partition):
+            raise TypeError(f"partition must be a Partition, got {partition!r}")
+        if partition != self.partition:
+            raise ValueError(
+                f"{partition!r} at {partition.endpoint!r} is not the partition of this header, "
+                f"{self.partition!r} at {self.partition.endpoint!r}"
+            )
+        copy = type(self).__new__(type(self))
+        copy._set(partition, self.etag, self.version, self.properties, self.first_version)
+        return copy
+
     @property
     def is_transient(self) -> bool:
         """True for a header that is not stored yet (no ETag)."""

@@ -41,6 +41,7 @@ from ._protocol import (
     Row,
     Steps,
     SubmitTransaction,
+    TableOperation,
     UpdateEntity,
     _table_missing,
     advance,
@@ -49,9 +50,8 @@ from ._protocol import (
     require_client,
     retry_args,
     sdk_operation,
-    update_args,
 )
-from ._retry import DEFAULT_POLICY, TRANSPORT_ERRORS, RetryPolicy, as_service_error
+from ._retry import DEFAULT_POLICY, RetryPolicy, raise_as_storage_error
 from ._stream import Stream as StreamHeader
 from ._values import PropertyValue
 
@@ -65,10 +65,8 @@ async def _execute(
 ) -> object:
     try:
         return await _send(table, request, call_options(deadline))
-    except AzureError:
-        raise
-    except TRANSPORT_ERRORS as exc:  # escaped the SDK, e.g. a response cut mid-body
-        raise as_service_error(exc) from exc
+    except Exception as exc:
+        raise_as_storage_error(exc)
 
 
 async def _send(table: AsyncTableClient, request: Request, options: dict[str, Any]) -> object:
@@ -91,8 +89,14 @@ async def _send(table: AsyncTableClient, request: Request, options: dict[str, An
         case CreateEntity(entity):
             return str((await table.create_entity(entity, **options))["etag"])
         case UpdateEntity(entity, etag):
-            metadata = await table.update_entity(entity, **update_args(etag, options))
-            return str(metadata["etag"])
+            # aiohttp sends an idempotent method (PUT) again by itself when the
+            # connection drops, even after the server applied it; a conditional
+            # replace then meets its own change (412). As a one-operation
+            # transaction (POST) it is never re-sent below the engine, which
+            # resolves a lost answer by reading instead.
+            operation = TableOperation("update_replace", entity, etag)
+            results = await table.submit_transaction([sdk_operation(operation)], **options)
+            return str(results[0]["etag"])
         case SubmitTransaction(operations):
             results = await table.submit_transaction(
                 [sdk_operation(op) for op in operations], **options

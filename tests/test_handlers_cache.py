@@ -63,6 +63,7 @@ def test_one_request_per_batch_for_new_keys_and_for_revisited_keys(
         requests[mode] = (first, plan.requests - first)
         if cache is not None:
             assert (cache.hits, cache.misses, cache.stale, len(cache)) == (5, 5, 0, 5)
+            assert cache.wrong_guesses == 0
 
     assert requests == {"cache": (5, 5), "none": (10, 10)}
     assert [o.status for o in runs["cache"]] == ["completed"] * 15
@@ -93,7 +94,7 @@ def test_a_rival_write_makes_the_cached_header_stale_and_nothing_is_lost(
     # header the engine reads with the refusal, the write (3 each). Worker 1:
     # four stale turns, its first one a guessed new stream on a key that exists.
     assert plan.requests == 1 + 3 * 3 + 4 * 3
-    assert (caches[0].stale, caches[1].stale) == (3, 4)
+    assert [(c.stale, c.wrong_guesses) for c in caches] == [(3, 0), (3, 1)]
     assert [w.stats.conflicts_retried for w in workers] == [0, 0]
     reference, _ = one_by_one(table, strategy, game + "ref", adds("x", ids))
     assert history(workers[0], game) == history(reference, game + "ref")
@@ -177,7 +178,7 @@ def test_guessing_new_streams_stops_over_existing_keys_and_resumes_for_new_ones(
     # New keys: read (404) and written, until half of the last 4 were new;
     # then written directly.
     assert over_new == 2 * 2 + 4 * 1
-    assert cache.stale == 1
+    assert (cache.stale, cache.wrong_guesses) == (0, 1)
     for k in old:
         assert [v for v, _, _ in history(p, k)] == [1, 2]
 

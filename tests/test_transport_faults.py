@@ -123,3 +123,72 @@ def test_a_server_that_never_answers_fails_the_call_within_its_total_time(
     elapsed = time.monotonic() - started
 
     assert elapsed < FAST.total_time + 3.0, elapsed
+
+
+# --- a lost answer on every kind of write, and no blind re-send below the engine ----
+
+
+def writes(proxy: Proxy) -> list[tuple[str, Action]]:
+    """The requests seen, as (method, action): writes by their method, reads as GET."""
+    return [(request.method, action) for request, action in proxy.seen]
+
+
+@pytest.mark.parametrize("action", ["drop", "truncate"])
+def test_a_provision_applied_then_cut_off_is_reported_as_committed(
+    via_proxy: Partition, proxy: Proxy, action: Action
+) -> None:
+    proxy.plan(once(action, "POST"))
+
+    stream = S.provision(via_proxy, {"Color": "red"})
+
+    assert (stream.version, dict(stream.properties)) == (0, {"Color": "red"})
+    proxy.plan(lambda request: "pass")
+    assert S.open(via_proxy) == stream
+    # One insert, then the read that resolved it: nothing sent again.
+    assert writes(proxy)[:2] == [("POST", action), ("GET", "pass")]
+    assert [m for m, _ in writes(proxy)].count("POST") == 1
+
+
+@pytest.mark.parametrize("action", ["drop", "truncate"])
+def test_set_properties_applied_then_cut_off_is_committed_and_never_sent_twice(
+    via_proxy: Partition, proxy: Proxy, action: Action
+) -> None:
+    stream = S.provision(via_proxy, {"Color": "red"})
+    proxy.seen.clear()
+    proxy.plan(first_write(action))
+
+    changed = S.set_properties(stream, {"Color": "blue"})
+
+    assert dict(changed.properties) == {"Color": "blue"}
+    proxy.plan(lambda request: "pass")
+    assert S.open(via_proxy) == changed
+    sent = writes(proxy)
+    assert sent[1] == ("GET", "pass"), sent  # the engine's read resolved it
+    assert [m for m, _ in sent if m != "GET"] == [sent[0][0]], sent
+
+
+def test_a_write_on_a_closed_connection_is_sent_again_only_after_the_read(
+    via_proxy: Partition, proxy: Proxy
+) -> None:
+    stream = S.provision(via_proxy, {"Color": "red"})
+    proxy.seen.clear()
+    proxy.plan(first_write("refuse"))
+
+    changed = S.set_properties(stream, {"Color": "green"})
+
+    assert dict(S.open(via_proxy).properties) == {"Color": "green"} == dict(changed.properties)
+    method = writes(proxy)[0][0]
+    assert writes(proxy)[:3] == [(method, "refuse"), ("GET", "pass"), (method, "pass")]
+
+
+def first_write(action: Action) -> Any:
+    """A plan: ``action`` for the first request that is not a read, then pass everything."""
+    taken: list[Request] = []
+
+    def decide(request: Request) -> Action:
+        if not taken and request.method != "GET":
+            taken.append(request)
+            return action
+        return "pass"
+
+    return decide
