@@ -205,7 +205,7 @@ def task_rate(
     elapsed = time.perf_counter() - start
     completed = sum(1 for r in out if r[0] == "outcome" and r[4] == "completed")
     check(completed == len(rows), f"{keys} keys: {completed} of {len(rows)} completed")
-    executor._clients.pop(name).close()
+    executor._clients.pop(TableConfig.from_env(table_name=name)).close()
     TableServiceClient.from_connection_string(connection_string).delete_table(name)
     return len(rows) / elapsed
 

@@ -10,6 +10,7 @@ from typing import Generic, Literal, TypeVar
 
 from streamstone_py import EventData
 
+from ._errors import HandlerError
 from ._lifecycle import Receive, ReceiveState
 from ._message import Message
 from ._store import StoredVersion
@@ -28,6 +29,7 @@ __all__ = [
     "Step",
     "StrategyName",
     "checked_now",
+    "held",
     "outcome_of",
     "utcnow",
 ]
@@ -140,6 +142,22 @@ class Plan:
 
 #: What a stored duplicate resolved to: its step, or why it cannot be replayed.
 Found = Step | BaseException
+
+
+def held(message: Message, stopped: Outcome) -> Step:
+    """A message after ``stopped`` (a failure that stops its key) in a later
+    chunk: abandoned, with the reason a message after it in one chunk gets."""
+    key = stopped.message.key
+    if stopped.status == "faulted":
+        reason = (
+            f"not processed: an earlier message {stopped.message_id!r} of key {key!r} "
+            "is faulted (in doubt)"
+        )
+    elif str(stopped.reason).startswith("an earlier message of key"):
+        reason = str(stopped.reason)
+    else:
+        reason = f"an earlier message of key {key!r} failed: {stopped.reason}"
+    return Step(message, "abandoned", error=HandlerError(reason), stops_key=True)
 
 
 def utcnow() -> datetime:

@@ -28,9 +28,9 @@ strategies do differently, ``_retention`` removes old versions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
@@ -53,8 +53,6 @@ from ._message import Message
 from ._outcome import (
     Dispatch,
     Found,
-    KeyState,
-    KeyVersion,
     LateDuplicates,
     LoadedState,
     Outcome,
@@ -63,11 +61,12 @@ from ._outcome import (
     Step,
     StrategyName,
     checked_now,
+    held,
     outcome_of,
     utcnow,
 )
 from ._publish import Publisher
-from ._reading import check_page_size, decode_state, key_state, key_version, next_page
+from ._reading import KeyReader, decode_state, key_state
 from ._replay import Replayer
 from ._retention import retain
 from ._store import StateStore
@@ -78,7 +77,7 @@ __all__ = ["Processor"]
 S = TypeVar("S")
 
 
-class Processor(Generic[S]):
+class Processor(KeyReader[S]):
     """Runs one handler over messages with exactly-once effects.
 
     ``strategy="state"`` (the default) stores a state version per message and
@@ -104,6 +103,8 @@ class Processor(Generic[S]):
     confirms (abandoned, duplicate) are only decided on a header read.
     ``compression="zlib"`` stores new states and outbox outputs compressed
     (when smaller); reads take both forms, whatever the setting.
+    ``max_batch``: a :meth:`process_batch` of more messages is folded,
+    written and published in consecutive chunks of at most this many.
     """
 
     def __init__(
@@ -121,6 +122,7 @@ class Processor(Generic[S]):
         dispatch: Dispatch = "after_publish",
         cache: HeaderCache | None = None,
         compression: Compression = None,
+        max_batch: int = 500,
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -132,6 +134,9 @@ class Processor(Generic[S]):
             raise ValueError(f"dispatch must be 'after_publish' or 'by_caller', got {dispatch!r}")
         if not handler.name.isidentifier():
             raise ValueError(f"handler name {handler.name!r} must be an identifier")
+        if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        self.max_batch = max_batch
         self.handler = handler
         self.publisher = publisher
         self.clock = clock
@@ -157,26 +162,6 @@ class Processor(Generic[S]):
         return checked_now(self.clock)
 
     # --- reading ----------------------------------------------------------------
-
-    def current_state(self, key: str) -> KeyState[S]:
-        """A key's newest state and version, in one round trip (the header); a key
-        never written has version 0 and the handler's initial state."""
-        return key_state(self.handler, key, self.store.open(self.store.partition(key)))
-
-    def history(self, key: str, *, page_size: int = 1000) -> Iterator[KeyVersion[S]]:
-        """Every kept version of a key, oldest first, read ``page_size`` at a time.
-
-        Versions that retention removed are not in it; the first one is the
-        oldest kept. States are decoded by the current state class.
-        """
-        check_page_size(page_size)
-        partition = self.store.partition(key)
-        stream = self.store.open(partition)
-        start: int | None = stream.first_version if stream is not None else None
-        while start is not None:
-            page = self.store.read(partition, start, page_size)
-            yield from (key_version(self.handler, key, event) for event in page.events)
-            start = next_page(page, start)
 
     def load_state(self, key: str, message_id: str) -> LoadedState[S]:
         """The state to handle ``message_id`` on, in at most two round trips.
@@ -210,18 +195,33 @@ class Processor(Generic[S]):
 
     def process_batch(self, key: str, messages: Sequence[Message]) -> list[Outcome]:
         """Handle a key's messages in order: one read (none with a warm
-        :class:`HeaderCache`), one write, then publish.
+        :class:`HeaderCache`), one write, then publish, per ``max_batch``
+        messages.
 
         Gives the same states and outputs as processing them one by one. A
         handler error abandons that message and the key's later messages of
-        this batch (they are reported, not lost: deliver them again); storage
-        or publishing failures fault the messages not yet completed.
+        this call (they are reported, not lost: deliver them again); a storage
+        or publishing failure faults its chunk, and the key's later messages
+        are abandoned. Whatever the chunk size, the same messages apply.
         """
         for message in messages:
             if message.key != key:
                 raise ValueError(f"message {message.id!r} has key {message.key!r}, not {key!r}")
         partition = self.store.partition(key)  # ValueError for a key the table cannot store
         self.stats.messages += len(messages)
+        outcomes: list[Outcome] = []
+        stopped: Outcome | None = None
+        for start in range(0, len(messages), self.max_batch):
+            chunk = messages[start : start + self.max_batch]
+            if stopped is not None:  # as inside one chunk: the rest waits for the failed one
+                outcomes += self._finish(chunk, Plan([held(m, stopped) for m in chunk], []), None)
+                continue
+            done = self._chunk(key, partition, chunk)
+            stopped = next((o for o in done if o.stops_key), None)
+            outcomes += done
+        return outcomes
+
+    def _chunk(self, key: str, partition: Partition, messages: Sequence[Message]) -> list[Outcome]:
         try:
             plan = self._store(key, partition, messages)
         except (AzureError, StreamstoneError) as exc:

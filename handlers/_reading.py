@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from azure.data.tables import TableClient
 
@@ -14,9 +14,10 @@ from ._compression import unpack_stored
 from ._errors import UnreadableStateError
 from ._handler import Handler
 from ._outcome import KeyState, KeyVersion
-from ._store import STATE, StoredVersion
+from ._store import STATE, StateStore, StoredVersion
 
 __all__ = [
+    "KeyReader",
     "check_page_size",
     "decode_state",
     "header_state",
@@ -80,6 +81,34 @@ def next_page(page: StreamSlice, start: int) -> int | None:
     # A slice of versions truncated meanwhile is empty: go on from the first kept.
     following = page.events[-1].version + 1 if page.events else page.first_available_version
     return following if following > start else None
+
+
+class KeyReader(Generic[S]):
+    """Reading a handler's keys through its store: the newest state, and the
+    kept history (the reading half of :class:`Processor`)."""
+
+    handler: Handler[S]
+    store: StateStore
+
+    def current_state(self, key: str) -> KeyState[S]:
+        """A key's newest state and version, in one round trip (the header); a key
+        never written has version 0 and the handler's initial state."""
+        return key_state(self.handler, key, self.store.open(self.store.partition(key)))
+
+    def history(self, key: str, *, page_size: int = 1000) -> Iterator[KeyVersion[S]]:
+        """Every kept version of a key, oldest first, read ``page_size`` at a time.
+
+        Versions that retention removed are not in it; the first one is the
+        oldest kept. States are decoded by the current state class.
+        """
+        check_page_size(page_size)
+        partition = self.store.partition(key)
+        stream = self.store.open(partition)
+        start: int | None = stream.first_version if stream is not None else None
+        while start is not None:
+            page = self.store.read(partition, start, page_size)
+            yield from (key_version(self.handler, key, event) for event in page.events)
+            start = next_page(page, start)
 
 
 def scan_states(

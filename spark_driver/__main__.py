@@ -128,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--order-by", help="column that orders messages within a key")
     run.add_argument(
+        "--sent-at",
+        metavar="COLUMN",
+        help="column with each message's sent time (a timestamp, or ISO-8601 text with a "
+        "zone, e.g. a broker's enqueued time): with retention, a message sent before what "
+        "it removed is dead-lettered as late instead of applied again",
+    )
+    run.add_argument(
         "--concurrency",
         type=int,
         default=8,
@@ -255,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         retain_for=retain_for,
         retain_at_least=args.retain_at_least,
         compression=args.compression,
+        sent_at=args.sent_at,
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)

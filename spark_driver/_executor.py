@@ -16,7 +16,14 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
+from handlers import (
+    DuplicateOutsideWindowError,
+    HeaderCache,
+    InMemoryPublisher,
+    Message,
+    Outcome,
+    Processor,
+)
 from streamstone_py import StreamstoneError, TableConfig
 
 from ._logs import configure as configure_logging
@@ -25,7 +32,7 @@ from ._settings import JobSettings, resolve_handler
 
 __all__ = [
     "OUTCOME", "OUTPUT", "RESULT_SCHEMA", "RETENTION", "TASK", "mark_partition",
-    "process_partition",
+    "process_partition", "result_row",
 ]  # fmt: skip
 
 OUTPUT = "output"
@@ -49,13 +56,26 @@ RESULT_SCHEMA = StructType(
         StructField("source_message_id", StringType()),
         StructField("conflicts", IntegerType()),
         StructField("requests", LongType()),
+        StructField("source_key", StringType()),
     ]
 )
+_COLUMNS = RESULT_SCHEMA.fieldNames()
+
+
+def result_row(kind: str, **columns: Any) -> tuple[Any, ...]:
+    """A row of :data:`RESULT_SCHEMA`: its kind, the named columns, null elsewhere."""
+    unknown = columns.keys() - set(_COLUMNS)
+    if unknown:
+        raise TypeError(f"not columns of a result row: {sorted(unknown)}")
+    return (kind, *(columns.get(name) for name in _COLUMNS[1:]))
+
 
 _log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_clients: dict[str, TableClient] = {}
+#: Keyed by the whole configuration (account, credentials, table), not by the
+#: table name alone: two accounts may hold tables of the same name.
+_clients: dict[TableConfig, TableClient] = {}
 
 
 class _RequestCount:
@@ -79,39 +99,33 @@ _cache = HeaderCache()
 
 def table_client(table: str) -> TableClient:
     """This worker's client for ``table``, made once from the worker's environment."""
+    config = TableConfig.from_env(table_name=table)
     with _lock:
-        client = _clients.get(table)
+        client = _clients.get(config)
         if client is None:
-            config = TableConfig.from_env(table_name=table)
             client = config.table_client(raw_request_hook=_requests)
             # Which build a worker runs, for an operator reading executor logs.
             _log.info("worker %d: table client for %r (spark_driver at %s)",
                       os.getpid(), table, __file__)  # fmt: skip
-            _clients[table] = client
+            _clients[config] = client
         return client
 
 
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
                  version: int | None, reason: str | None,
                  conflicts: int = 0, raw: str | None = None) -> tuple[Any, ...]:  # fmt: skip
-    return (OUTCOME, message_id, key, type_, status, version, reason, raw, None, conflicts, None)
+    return result_row(
+        OUTCOME, message_id=message_id, key=key, type=type_, status=status, version=version,
+        reason=reason, body=raw, conflicts=conflicts,
+    )  # fmt: skip
 
 
-def _output_rows(outcome: Outcome) -> Iterator[tuple[Any, ...]]:
+def _output_rows(key: str, outcome: Outcome) -> Iterator[tuple[Any, ...]]:
     for out in outcome.outputs:
-        yield (
-            OUTPUT,
-            out.id,
-            out.key,
-            out.type,
-            None,
-            None,
-            None,
-            body_json(out.body),
-            outcome.message_id,
-            None,
-            None,
-        )
+        yield result_row(
+            OUTPUT, message_id=out.id, key=out.key, type=out.type, body=body_json(out.body),
+            source_message_id=outcome.message_id, source_key=key,
+        )  # fmt: skip
 
 
 def _processor(settings: JobSettings) -> Processor[Any]:
@@ -130,6 +144,7 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         dispatch="by_caller",
         cache=_cache if settings.header_cache else None,
         compression=settings.compression,
+        max_batch=settings.batch_size,
     )
 
 
@@ -144,9 +159,9 @@ def _process_key(
     """One key's rows: its dead letters, then its outcomes and outputs, in order."""
     out: list[tuple[Any, ...]] = []
     messages: list[Message] = []
-    done: list[Outcome] = []
+    sources: list[Any] = []  # each message's input row
     for row in rows:
-        message, reason = parse_row(row, processor.handler.accepts)
+        message, reason = parse_row(row, processor.handler.accepts, settings.sent_at)
         if message is None:
             dead = _outcome_row(
                 row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,
@@ -155,70 +170,64 @@ def _process_key(
             out.append(dead)
         else:
             messages.append(message)
-    stopped: Outcome | None = None
-    for start in range(0, len(messages), settings.batch_size):
-        chunk = messages[start : start + settings.batch_size]
-        conflicts_before = processor.stats.conflicts_retried
-        if stopped is None:
-            outcomes = _process_chunk(processor, key, chunk, settings)
-            stopped = next((o for o in outcomes if o.stops_key), None)
-        else:  # as inside one batch: a key's later messages wait for the failed one
-            outcomes = [_held(m, key, stopped) for m in chunk]
-        # On the batch's first outcome row, so the outcome rows add up to the run's total.
-        conflicts = processor.stats.conflicts_retried - conflicts_before
-        done.extend(outcomes)
-        for outcome in outcomes:
-            if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
-                raise RuntimeError(
-                    f"message {outcome.message_id!r} of key {key!r} "
-                    f"{outcome.status}: {outcome.reason}"
-                )
-            out.extend(_output_rows(outcome))
+            sources.append(row)
+    conflicts_before = processor.stats.conflicts_retried
+    outcomes = _process_messages(processor, key, messages, settings) if messages else []
+    # On the key's first outcome row, so the outcome rows add up to the run's total.
+    conflicts = processor.stats.conflicts_retried - conflicts_before
+    for index, outcome in enumerate(outcomes):
+        if _outside_window(outcome):
+            # Refused on every delivery (retention removed what would tell a
+            # duplicate): a dead letter with its reason, never applied again.
             out.append(
                 _outcome_row(
-                    outcome.message_id,
-                    key,
-                    outcome.message.type,
-                    outcome.status,
-                    outcome.version,
-                    outcome.reason,
-                    conflicts,
+                    outcome.message_id, key, outcome.message.type, "dead_lettered", None,
+                    outcome.reason, conflicts, raw=raw_input(sources[index]),
                 )
-            )
+            )  # fmt: skip
             conflicts = 0
-    if settings.retains and done:
-        out.append(_retain(processor, key, done, settings))
+            continue
+        if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
+            raise RuntimeError(
+                f"message {outcome.message_id!r} of key {key!r} {outcome.status}: {outcome.reason}"
+            )
+        out.extend(_output_rows(key, outcome))
+        out.append(
+            _outcome_row(
+                outcome.message_id,
+                key,
+                outcome.message.type,
+                outcome.status,
+                outcome.version,
+                outcome.reason,
+                conflicts,
+            )
+        )
+        conflicts = 0
+    if settings.retains and outcomes:
+        out.append(_retain(processor, key, outcomes, settings))
     return out
 
 
-def _process_chunk(
-    processor: Processor[Any], key: str, chunk: list[Message], settings: JobSettings
+def _process_messages(
+    processor: Processor[Any], key: str, messages: list[Message], settings: JobSettings
 ) -> list[Outcome]:
-    """``process_batch``, and a bulkhead: whatever escapes it faults this chunk
-    of this key (in doubt: it may have written), never the task's other keys."""
+    """``process_batch`` (in chunks of ``batch_size``), and a bulkhead: whatever
+    escapes it faults this key's messages (in doubt: some may be written),
+    never the task's other keys."""
     try:
-        return processor.process_batch(key, chunk)
+        return processor.process_batch(key, messages)
     except Exception as exc:
         if settings.fail_fast:
             raise
-        _log.exception("key %r: %d messages faulted by an unexpected error", key, len(chunk))
+        _log.exception("key %r: %d messages faulted by an unexpected error", key, len(messages))
         reason = f"{type(exc).__name__}: {exc}"
-        return [Outcome(m, "faulted", None, (), reason, exc, stops_key=True) for m in chunk]
+        return [Outcome(m, "faulted", None, (), reason, exc, stops_key=True) for m in messages]
 
 
-def _held(message: Message, key: str, stopped: Outcome) -> Outcome:
-    """A message after ``stopped`` in a later chunk: abandoned with the reason
-    ``process_batch`` gives a message after a failure inside one batch."""
-    if stopped.status == "faulted":
-        reason = (
-            f"not processed: an earlier message {stopped.message_id!r} of key {key!r} "
-            "is faulted (in doubt)"
-        )
-    elif str(stopped.reason).startswith("an earlier message of key"):
-        reason = str(stopped.reason)
-    else:
-        reason = f"an earlier message of key {key!r} failed: {stopped.reason}"
-    return Outcome(message, "abandoned", None, (), reason, stops_key=True)
+def _outside_window(outcome: Outcome) -> bool:
+    """A message refused as late, or a duplicate whose record retention removed."""
+    return outcome.status == "abandoned" and isinstance(outcome.error, DuplicateOutsideWindowError)
 
 
 def _retain(
@@ -233,8 +242,9 @@ def _retain(
     call only postpones the removal: the next one finishes it.
     """
     if any(o.status == "faulted" for o in outcomes):
-        return (RETENTION, None, key, None, None, 0, "skipped: a message is in doubt (faulted)",
-                None, None, None, None)  # fmt: skip
+        return result_row(
+            RETENTION, key=key, version=0, reason="skipped: a message is in doubt (faulted)"
+        )
     touched = [o.version for o in outcomes if o.version is not None]
     try:
         removed = processor.retain(
@@ -246,8 +256,8 @@ def _retain(
         )
     except (AzureError, StreamstoneError) as exc:
         _log.warning("retention of key %r failed, a later run finishes it: %r", key, exc)
-        return (RETENTION, None, key, None, None, 0, f"failed: {exc!r}", None, None, None, None)
-    return (RETENTION, None, key, None, None, removed, None, None, None, None, None)
+        return result_row(RETENTION, key=key, version=0, reason=f"failed: {exc!r}")
+    return result_row(RETENTION, key=key, version=removed)
 
 
 def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:
@@ -260,7 +270,7 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
     """
     before = _requests.value
     yield from _process_keys(rows, settings)
-    yield (TASK, None, None, None, None, None, None, None, None, None, _requests.value - before)
+    yield result_row(TASK, requests=_requests.value - before)
 
 
 def _process_keys(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:

@@ -22,6 +22,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from ._executor import RESULT_SCHEMA, mark_partition, process_partition
@@ -45,37 +46,45 @@ _ORDER = "_order"
 #: Where Spark's JSON reader keeps a line it could not parse (PERMISSIVE mode).
 CORRUPT_RECORD = "_corrupt_record"
 _RAW = "_raw"
+#: The column the executors read a message's sent time from (see ``JobSettings.sent_at``).
+SENT_AT = "_sent_at"
 
 
-def _json_schema(spark: SparkSession, path: str, order_by: str | None) -> StructType:
+def _json_schema(spark: SparkSession, path: str, *extra: str | None) -> StructType:
     """The input's columns: the four message columns as text, the others as inferred.
 
     The message columns are read as text even where they hold JSON objects
-    (a body), so Spark keeps their raw JSON. Without an ordering column the
-    fixed schema is enough, and no inference pass is made.
+    (a body), so Spark keeps their raw JSON. Without an ``extra`` column to
+    read (an ordering or a sent-time column) the fixed schema is enough, and
+    no inference pass is made.
     """
     corrupt = StructField(CORRUPT_RECORD, StringType())
-    if order_by is None:
+    if not any(extra):
         return StructType([*INPUT_SCHEMA.fields, corrupt])
     inferred = spark.read.json(path).schema
     known = {*INPUT_SCHEMA.fieldNames(), CORRUPT_RECORD}
-    extra = [f for f in inferred.fields if f.name not in known]
-    return StructType([*INPUT_SCHEMA.fields, *extra, corrupt])
+    others = [f for f in inferred.fields if f.name not in known]
+    return StructType([*INPUT_SCHEMA.fields, *others, corrupt])
 
 
 def read_messages(
-    spark: SparkSession, path: str, input_format: str, order_by: str | None = None
+    spark: SparkSession,
+    path: str,
+    input_format: str,
+    order_by: str | None = None,
+    sent_at: str | None = None,
 ) -> DataFrame:
     """JSON lines or Parquet with at least message_id, key, type and body.
 
-    Other columns are kept (with JSON, when ``order_by`` names one of them),
-    so an ordering column reaches :func:`process_messages`.
+    Other columns are kept (with JSON, when ``order_by`` or ``sent_at`` names
+    one of them), so an ordering or sent-time column reaches
+    :func:`process_messages`.
     """
     if input_format == "json":
         # A line that is not a JSON object keeps its text in CORRUPT_RECORD, so it
         # is dead-lettered with its reason and its raw line, not as empty columns.
         frame = (
-            spark.read.schema(_json_schema(spark, path, order_by))
+            spark.read.schema(_json_schema(spark, path, order_by, sent_at))
             .option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
             .json(path)
@@ -87,19 +96,38 @@ def read_messages(
             raise ValueError(f"input {path!r} lacks the columns {missing}")
     else:
         raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
-    if order_by is not None and order_by not in frame.columns:
-        raise ValueError(
-            f"order column {order_by!r} is not in the input {path!r} (columns: {frame.columns})"
-        )
+    for what, name in (("order", order_by), ("sent-at", sent_at)):
+        if name is not None and name not in frame.columns:
+            raise ValueError(
+                f"{what} column {name!r} is not in the input {path!r} (columns: {frame.columns})"
+            )
     return frame
 
 
-def _message_columns(frame: DataFrame) -> list[Column]:
+def _sent_at_column(frame: DataFrame, name: str) -> Column:
+    """A sent-time column as the executors read it: text as it is (ISO-8601,
+    checked there), a timestamp as microseconds since the epoch (exact, and
+    independent of the session's time zone)."""
+    if name not in frame.columns:
+        raise ValueError(f"sent-at column {name!r} is not in the input ({frame.columns})")
+    found = frame.schema[name].dataType
+    if isinstance(found, StringType):
+        return F.col(name)
+    if isinstance(found, TimestampType):
+        return F.unix_micros(F.col(name))
+    raise ValueError(
+        f"sent-at column {name!r} is of type {found.simpleString()}: give a timestamp "
+        "(with its time zone, Spark's TIMESTAMP) or ISO-8601 text with a zone"
+    )
+
+
+def _message_columns(frame: DataFrame, sent_at: str | None = None) -> list[Column]:
     """The four message columns as the executors read them, from any producer's types.
 
     Ids, keys and types of any integer or string type become strings; a body
     that is a struct, a map or an array becomes its JSON text, and any other
     non-binary body its text (a number or a boolean is valid JSON as text).
+    With ``sent_at``, the sent time follows (see :data:`SENT_AT`).
     """
     columns = []
     for name in ("message_id", "key", "type"):
@@ -114,7 +142,8 @@ def _message_columns(frame: DataFrame) -> list[Column]:
     elif not isinstance(body_type, StringType | BinaryType):
         body = body.cast(StringType())
     raw = F.col(CORRUPT_RECORD) if CORRUPT_RECORD in frame.columns else F.lit(None)
-    return [*columns, body.alias("body"), raw.cast(StringType()).alias(_RAW)]
+    sent = [_sent_at_column(frame, sent_at).alias(SENT_AT)] if sent_at is not None else []
+    return [*columns, body.alias("body"), raw.cast(StringType()).alias(_RAW), *sent]
 
 
 def process_messages(
@@ -126,7 +155,7 @@ def process_messages(
         raise ValueError(f"order column {order_by!r} is not in the input ({frame.columns})")
     order = F.col(order_by) if order_by else F.monotonically_increasing_id()
     rows = (
-        frame.select(*_message_columns(frame), order.alias(_ORDER))
+        frame.select(*_message_columns(frame, settings.sent_at), order.alias(_ORDER))
         .repartition(partitions, "key")
         .sortWithinPartitions("key", _ORDER)
     )
@@ -168,7 +197,12 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
     }
     for name, frame in parts.items():
         frame.write.mode("overwrite").format(output_format).save(f"{output}/{name}")
-    written = {name: spark.read.format(output_format).load(f"{output}/{name}") for name in parts}
+    # Read back with the schemas written: an inferred one (JSON) knows no column
+    # of a part that holds no rows, and the summary must not depend on the format.
+    written = {
+        name: spark.read.schema(frame.schema).format(output_format).load(f"{output}/{name}")
+        for name, frame in parts.items()
+    }
     if result.settings.strategy == "outbox":
         _mark_dispatched(written["outcomes"], result.settings, result.partitions)
     summary = Summary.of(written["outcomes"], written["outputs"], result.results)
@@ -206,7 +240,7 @@ def run_batch(
     explain: bool = False,
 ) -> Summary:
     """Read, process and write one batch of messages; return the summary."""
-    frame = read_messages(spark, input_path, input_format, order_by)
+    frame = read_messages(spark, input_path, input_format, order_by, settings.sent_at)
     result = process_messages(frame, settings, partitions, order_by)
     if explain:
         result.outputs.explain(extended=True)

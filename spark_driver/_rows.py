@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from handlers import Message
 from streamstone_py import check_key
 
-__all__ = ["body_json", "parse_row", "raw_input"]
+__all__ = ["body_json", "parse_row", "raw_input", "sent_time"]
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+#: The column the job puts each row's sent time in (see ``_job.SENT_AT``).
+_SENT_AT: Final = "_sent_at"
 
 
 def _json_default(value: Any) -> Any:
@@ -41,8 +46,32 @@ def raw_input(row: Any) -> str:
     return json.dumps(fields, sort_keys=True, default=_json_default)
 
 
-def parse_row(row: Any, handler_accepts: Any) -> tuple[Message | None, str | None]:
-    """A message from an input row, or the reason it is dead-lettered."""
+def sent_time(value: object, column: str) -> tuple[str | None, str | None]:
+    """A sent time as ISO-8601 text in UTC (the ``sent_at`` header the runtime
+    reads), or the reason it cannot be one. ``value`` is text, or microseconds
+    since the epoch (the job's form of a Spark timestamp)."""
+    where = f"(column {column!r})"
+    if value is None:
+        return None, f"missing sent time {where}"
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            sent = _EPOCH + timedelta(microseconds=value)
+        elif isinstance(value, str):
+            sent = datetime.fromisoformat(value.strip())
+        else:
+            return None, f"sent time {value!r} {where} is neither a timestamp nor text"
+    except (ValueError, OverflowError):
+        return None, f"sent time {str(value)[:80]!r} {where} is not an ISO-8601 time"
+    if sent.utcoffset() is None:
+        return None, f"sent time {value!r} {where} has no time zone"
+    return sent.astimezone(UTC).isoformat(), None
+
+
+def parse_row(
+    row: Any, handler_accepts: Any, sent_at: str | None = None
+) -> tuple[Message | None, str | None]:
+    """A message from an input row, or the reason it is dead-lettered; with
+    ``sent_at`` (the input's column name) it carries its sent time."""
     if _unparsed(row) is not None:
         return None, "unparseable line: not a JSON object"
     message_id, key, type_, body = row["message_id"], row["key"], row["type"], row["body"]
@@ -69,7 +98,13 @@ def parse_row(row: Any, handler_accepts: Any) -> tuple[Message | None, str | Non
             parsed = json.loads(body)
         except (ValueError, TypeError) as exc:
             return None, f"unparseable body: {exc}"
+    headers: dict[str, str] = {}
+    if sent_at is not None:
+        sent, reason = sent_time(row[_SENT_AT], sent_at)
+        if sent is None:
+            return None, reason
+        headers["sent_at"] = sent
     try:
-        return Message(message_id, key, type_, parsed), None
+        return Message(message_id, key, type_, parsed, headers), None
     except (ValueError, TypeError) as exc:
         return None, f"invalid message: {exc}"

@@ -55,6 +55,7 @@ class JobSettings:
     handler: str
     strategy: Literal["state", "outbox"] = "state"
     fail_fast: bool = False
+    #: Messages of one key folded and written together (``Processor(max_batch=...)``).
     batch_size: int = 500
     max_attempts: int = 10
     #: Python logging level in the workers (the Azure SDK logs requests at DEBUG).
@@ -73,12 +74,23 @@ class JobSettings:
     retain_at_least: int = 1
     #: How new states and outbox outputs are stored (see handlers.Processor).
     compression: Literal["zlib"] | None = None
+    #: The input column with each message's sent time (a timestamp, or
+    #: ISO-8601 text with a zone), such as a broker's enqueued time. With it, a
+    #: message sent before what retention removed is refused as late and
+    #: dead-lettered, never applied again; a row without a time is dead-lettered.
+    sent_at: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
             raise TypeError(f"concurrency must be an int, got {self.concurrency!r}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if (
+            isinstance(self.batch_size, bool)
+            or not isinstance(self.batch_size, int)
+            or self.batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
         if self.keep_last is not None and (
             isinstance(self.keep_last, bool)
             or not isinstance(self.keep_last, int)
@@ -97,6 +109,8 @@ class JobSettings:
             raise ValueError(f"retain_at_least must be an int >= 1, got {self.retain_at_least!r}")
         if self.compression not in (None, "zlib"):
             raise ValueError(f"compression must be None or 'zlib', got {self.compression!r}")
+        if self.sent_at is not None and (not isinstance(self.sent_at, str) or not self.sent_at):
+            raise ValueError(f"sent_at must be a column name, got {self.sent_at!r}")
 
     @property
     def retains(self) -> bool:

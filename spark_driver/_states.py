@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType, TimestampType
 
 from handlers import InMemoryPublisher, Processor, scan_keys, scan_states
-from streamstone_py import TableConfig
+from streamstone_py import TableConfig, key_order
 
 from ._executor import table_client
 from ._rows import body_json
@@ -51,7 +51,8 @@ def _ranges(keys: Sequence[str], parts: int) -> list[tuple[str | None, str | Non
     """``parts`` half-open key ranges that together cover every key, with about
     the same number of the listed keys in each (keys added since fall in one too)."""
     count = max(1, min(parts, len(keys)))
-    bounds = sorted({keys[len(keys) * i // count] for i in range(1, count)})
+    # In the table's order, not Python's: a bound out of order makes two ranges overlap.
+    bounds = sorted({keys[len(keys) * i // count] for i in range(1, count)}, key=key_order)
     starts: list[str | None] = [None, *bounds]
     ends: list[str | None] = [*bounds, None]
     return list(zip(starts, ends, strict=True))

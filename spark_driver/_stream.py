@@ -63,11 +63,12 @@ def process_stream(
         # PySpark 3.5's mapInArrow checks the pandas version with distutils.
         warnings.filterwarnings("ignore", "distutils Version classes", DeprecationWarning)
         if order_by is None:
-            messages = stream.select(*_message_columns(stream))
+            messages = stream.select(*_message_columns(stream, settings.sent_at))
             numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
             messages = messages.mapInArrow(number_rows, numbered)
         else:
-            messages = stream.select(*_message_columns(stream), F.col(order_by).alias(ORDER))
+            columns = _message_columns(stream, settings.sent_at)
+            messages = stream.select(*columns, F.col(order_by).alias(ORDER))
         results = messages.repartition(partitions, "key").mapInArrow(run, RESULT_SCHEMA)
     return results.observe(METRICS, *_metrics())
 
@@ -116,9 +117,10 @@ def run_stream(
         if on_batch is not None:
             on_batch(batch_id, summary)
 
-    schema = _json_schema(spark, input_dir, order_by)
-    if order_by is not None and order_by not in schema.fieldNames():
-        raise ValueError(f"order column {order_by!r} is not in the input {input_dir!r}")
+    schema = _json_schema(spark, input_dir, order_by, settings.sent_at)
+    for what, name in (("order", order_by), ("sent-at", settings.sent_at)):
+        if name is not None and name not in schema.fieldNames():
+            raise ValueError(f"{what} column {name!r} is not in the input {input_dir!r}")
     reader = (
         spark.readStream.schema(schema)
         .option("mode", "PERMISSIVE")

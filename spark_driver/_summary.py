@@ -40,10 +40,14 @@ class Summary:
     ) -> Summary:
         """One aggregation over the outcome rows, and a count of the output rows.
 
-        An output row is new when its source message was stored by this run
-        (``completed``), and re-emitted when its source is only a duplicate
-        here: a copy of an output an earlier run (or attempt) wrote already.
-        The retention and request figures come from the tasks' ``results``.
+        An output row is new when its source message (``source_key``,
+        ``source_message_id``) was stored by this run (``completed``), and
+        re-emitted when its source is a duplicate here: the message was stored
+        before this run's attempt (by an earlier run, a failed task attempt or
+        a micro-batch that crashed before its commit), so the same output, same
+        id and content, may have been written before, or may never have been
+        committed anywhere. The retention and request figures come from the
+        tasks' ``results``.
         """
         status = F.col("status")
 
@@ -69,7 +73,7 @@ class Summary:
         split = (
             outputs.join(
                 stored,
-                (outputs["key"] == stored["_key"])
+                (outputs["source_key"] == stored["_key"])
                 & (outputs["source_message_id"] == stored["_source"]),
                 "left",
             )
@@ -150,7 +154,7 @@ class JobResult:
         kind = F.col("kind")
         outputs = (
             results.where(kind == OUTPUT)
-            .select("message_id", "key", "type", "body", "source_message_id")
+            .select("message_id", "key", "type", "body", "source_message_id", "source_key")
             .dropDuplicates(["message_id"])
         )
         # A dead letter's body column holds its raw input, to fix and send again.

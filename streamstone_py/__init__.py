@@ -27,7 +27,7 @@ from ._errors import (
     StreamstoneError,
 )
 from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
-from ._partition import Partition, check_key
+from ._partition import Partition, check_key, key_order
 from ._retry import RetryPolicy
 from ._scan import ScannedStream
 from ._shard import Shard
@@ -56,6 +56,7 @@ __all__ = [
     "WriteResult",
     "check_key",
     "join_binary",
+    "key_order",
     "redact",
     "split_binary",
 ]

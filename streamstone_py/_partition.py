@@ -12,7 +12,7 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._values import utf16_size
 
-__all__ = ["Partition", "check_key", "table_endpoint"]
+__all__ = ["Partition", "check_key", "key_order", "table_endpoint"]
 
 #: Separates the physical partition key from a virtual stream's name.
 SEPARATOR: Final = "|"
@@ -39,6 +39,13 @@ def table_endpoint(table: object) -> str:
         return ""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/").lower()
+
+
+def key_order(key: str) -> bytes:
+    """A sort key that orders strings as the table orders keys: by UTF-16 code
+    units, where Python's ``sorted`` compares code points (the two differ for
+    characters beyond U+FFFF against U+E000 to U+FFFF)."""
+    return key.encode("utf-16-be", "surrogatepass")
 
 
 def check_key(kind: str, key: object) -> str:

@@ -6,18 +6,21 @@ case). Each runs against Azurite and asserts exact states and outputs.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from azurite.launcher import AzuriteTable
 from handlers import HandlerContext, HeaderCache, InMemoryPublisher, Message, Processor, handler
 from handlers._outcome import StrategyName
 from streamstone_py import Partition, Stream
-from tests.test_handlers_holes import adds, history, tally
+from tests.test_handlers_holes import account, adds, history, tally
 
 # --- 1. a shared header cache names its owner --------------------------------------
 
@@ -106,6 +109,40 @@ def test_the_cache_counts_stale_headers_apart_from_wrong_guesses(
     (last,) = mine.process_batch(game, adds(game, ["m2"]))  # the cached header is stale
     assert (last.status, last.version) == ("completed", 4)
     assert (cache.stale, cache.wrong_guesses) == (1, 1)
+
+
+# --- 2. how a key's messages are chunked does not change the result ----------------
+
+_moves = st.lists(
+    st.tuples(st.sampled_from(["Deposit", "Withdraw"]), st.integers(1, 30)), min_size=1, max_size=12
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(moves=_moves, max_batch=st.integers(1, 5))
+def test_a_keys_result_is_the_same_in_one_chunk_or_in_many(
+    table: TableClient, moves: list[tuple[str, int]], max_batch: int
+) -> None:
+    results = []
+    for size in (max_batch, 500):
+        key = f"chunks-{uuid.uuid4().hex[:10]}"
+        messages = [Message(f"m{n}", key, t, {"amount": a}) for n, (t, a) in enumerate(moves)]
+        p = Processor(account, table, InMemoryPublisher(), max_batch=size)
+        outcomes = p.process_batch(key, messages)
+        state = p.current_state(key)
+        results.append(
+            (
+                [(o.status, o.version, str(o.reason).replace(key, "K")) for o in outcomes],
+                [[(m.type, m.body) for m in o.outputs] for o in outcomes],
+                (state.version, vars(state.state)),
+            )
+        )
+    assert results[0] == results[1]
+
+
+def test_max_batch_is_checked(table: TableClient) -> None:
+    with pytest.raises(ValueError, match="max_batch must be an int >= 1, got 0"):
+        Processor(account, table, InMemoryPublisher(), max_batch=0)
 
 
 # --- 3. a stored state that cannot be read ----------------------------------------

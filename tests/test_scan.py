@@ -9,10 +9,13 @@ from datetime import UTC, datetime
 
 import pytest
 from azure.data.tables import TableClient, TableServiceClient
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from handlers import InMemoryPublisher, KeyState, Message, Processor, scan_keys, scan_states
 from handlers.examples import LeaderBoard, ShootingRange, leader_board, shooting_range
-from streamstone_py import EventData, Partition, ScannedStream, Stream
+from spark_driver._states import _ranges
+from streamstone_py import EventData, Partition, ScannedStream, Stream, key_order
 
 
 @pytest.fixture
@@ -113,3 +116,50 @@ def test_scan_states_reads_one_handler_s_newest_states(own_table: TableClient) -
         ("g-1", LeaderBoard(hits=1, players={"ann": 1})),
         ("g-9", LeaderBoard(misses=1)),
     ]
+
+
+# --- key ranges in the table's order ------------------------------------------------
+
+#: Characters where code-point order and the table's UTF-16 order disagree:
+#: beyond U+FFFF (a surrogate pair, D800-DFFF) against U+E000 to U+FFFF.
+_ORDER_EDGES = ["\U0001f600", "\U00010000", "\U0010fffd", "\uff01", "\ue000", "\ufffd", "a"]
+_any_char = st.characters(
+    blacklist_categories=("Cs", "Cc"), blacklist_characters="/\\#?|", max_codepoint=0x10FFFF
+)
+#: Keys of the whole of Unicode, and keys of the edge characters alone, which
+#: share prefixes often enough to land on both sides of a range bound.
+_keys = st.lists(
+    st.one_of(
+        st.text(_any_char, min_size=1, max_size=6),
+        st.text(st.sampled_from(_ORDER_EDGES), min_size=1, max_size=3),
+    ),
+    min_size=1,
+    max_size=12,
+    unique=True,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(keys=_keys, parts=st.integers(1, 6))
+@example(keys=["game-a", "game-b\U0001f600", "game-b\uff01", "game-c"], parts=4)
+def test_key_ranges_cover_every_key_exactly_once_in_the_tables_order(
+    service: TableServiceClient, keys: list[str], parts: int
+) -> None:
+    name = "order" + uuid.uuid4().hex[:12]
+    table = service.create_table(name)
+    try:
+        for key in keys:
+            Stream.write(Stream(Partition(table, key, "Tally")), EventData())
+        listed = list(Stream.scan_keys(table, "Tally"))
+        assert sorted(listed, key=key_order) == listed  # the table's own order
+        assert sorted(listed) == sorted(keys)
+
+        scanned = [
+            key
+            for start, end in _ranges(listed, parts)
+            for key in Stream.scan_keys(table, "Tally", start_key=start, end_key=end)
+        ]
+
+        assert scanned == listed
+    finally:
+        service.delete_table(name)

@@ -21,7 +21,12 @@ The workload also reaches where a short chunk over many keys never goes:
   abandoned by its own failure is redelivered at most ``max_failures`` times,
   then given up (legitimate only if it was never stored);
 - state evolution: from ``evolve_at`` of the run on, workers process with
-  ``ledger_v2``, whose state class dropped a field and gained one.
+  ``ledger_v2``, whose state class dropped a field and gained one;
+- chunked keys: each worker generation draws the ``max_batch`` of its
+  processors (2, 3, 7 or 500), so a key's chunk is cut into several
+  ``process_batch`` chunks and a refused or faulted message meets the next;
+- one header cache shared by every processor of a worker, and in half the
+  generations a client per chunk, closed after it, the cache kept.
 
 Retention must not refuse a message that was never stored, and the oracle
 must know every version a retain removes. So the coordinator reads the key's

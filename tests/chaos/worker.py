@@ -76,13 +76,7 @@ class _Worker:
             f"{config.seed}/{config.worker}/{config.incarnation}", config.rates
         )
         self.hard = random.Random(f"hard/{config.seed}/{config.worker}/{config.incarnation}")
-        self.client = TableClient.from_connection_string(
-            config.connection_string,
-            config.table,
-            transport=ChaosTransport(self.injector),
-            retry_total=4,
-            retry_backoff_factor=0.05,
-        )
+        self.client = self._client()
         # Instrumentation only (not under test): reads no fault may disturb.
         self.plain = TableClient.from_connection_string(config.connection_string, config.table)
         self.case2 = 0
@@ -93,7 +87,17 @@ class _Worker:
         hooks.in_handler = self._in_handler
         self.path = os.path.join(config.publications, f"w{config.worker}-{config.incarnation}")
         self.generation = 0
+        self.draw = random.Random(f"shape/{config.seed}/{config.worker}/{config.incarnation}")
         self._fresh()
+
+    def _client(self) -> TableClient:
+        return TableClient.from_connection_string(
+            self.config.connection_string,
+            self.config.table,
+            transport=ChaosTransport(self.injector),
+            retry_total=4,
+            retry_backoff_factor=0.05,
+        )
 
     def _in_handler(self) -> None:
         self.injector.crash(CRASH_IN_HANDLER, "handler")
@@ -102,17 +106,33 @@ class _Worker:
         """New processors, as a restarted worker has (publications go to a new file)."""
         self.generation += 1
         self.publisher = FilePublisher(f"{self.path}-{self.generation}.jsonl", self.injector)
-        self.store = ChaosStore(self.client, HANDLER, RETRY, self.injector)
         # Odd generations keep a header cache (as Spark workers do), even ones
         # read every header: a restart starts with an empty cache, or none.
         self.cache = HeaderCache() if self.generation % 2 else None
+        # How a key's messages are cut into process_batch chunks: small cuts
+        # split most long chunks and many batches, so a refused or faulted
+        # message meets the key's next chunk.
+        self.max_batch = self.draw.choice([2, 3, 7, 500])
+        # Half the generations open a client per chunk and close it after, with
+        # one cache shared by every processor and chunk (a cached header must
+        # never bring back a closed client, nor another processor's).
+        self.client_per_chunk = self.draw.random() < 0.5
+        self.conflicts_base = self.conflicts_retired = 0
+        self.splits_base = self.splits_retired = 0
+        self._processors(self.client)
+
+    def _processors(self, client: TableClient) -> None:
+        self.store = ChaosStore(client, HANDLER, RETRY, self.injector)
         self.processors = {
             (strategy, version): self._processor(strategy, version)
             for strategy in ("state", "outbox")
             for version in VERSIONS
         }
-        self.conflicts_base = 0
-        self.splits_base = 0
+
+    def _retire(self) -> None:
+        """Keep the figures of processors about to be dropped."""
+        self.conflicts_retired += sum(p.stats.conflicts_retried for p in self.processors.values())
+        self.splits_retired += self.store.splits
 
     def _processor(self, strategy: StrategyName, version: int, **options: Any) -> Processor[Any]:
         return Processor(
@@ -124,23 +144,26 @@ class _Worker:
             max_attempts=50,
             store=self.store,
             cache=self.cache,
+            max_batch=self.max_batch,
             **options,
         )
 
     def figures(self) -> dict[str, Any]:
         """What happened since the last report (faults, conflicts, ambiguous writes)."""
-        conflicts = sum(p.stats.conflicts_retried for p in self.processors.values())
+        current = sum(p.stats.conflicts_retried for p in self.processors.values())
+        conflicts = self.conflicts_retired + current
+        splits = self.splits_retired + self.store.splits
         delta = {
             "faults": dict(self.injector.counts),
             "conflicts": conflicts - self.conflicts_base,
             "ambiguous": dict(self.ambiguity.counts),
-            "splits": self.store.splits - self.splits_base,
+            "splits": splits - self.splits_base,
             "case2": self.case2,
         }
         self.injector.counts.clear()
         self.ambiguity.counts.clear()
         self.conflicts_base = conflicts
-        self.splits_base = self.store.splits
+        self.splits_base = splits
         self.case2 = 0
         return delta
 
@@ -150,6 +173,17 @@ class _Worker:
     def run_task(self, chunk: int, mode: str, payload: Any, version: int) -> None:
         if mode == "retain":
             self.retain(chunk, version, *payload)
+        elif self.client_per_chunk:
+            # A unit of work with its own client, closed by its with block; the
+            # cache outlives it, and the worker's own client serves retention.
+            with self._client() as client:
+                self._retire()
+                self._processors(client)
+                try:
+                    self.run_chunk(chunk, mode, payload, version)
+                finally:
+                    self._retire()
+                    self._processors(self.client)
         else:
             self.run_chunk(chunk, mode, payload, version)
 

@@ -100,6 +100,20 @@ def test_read_history_is_every_kept_version_of_the_given_keys(
     ]
 
 
+def test_read_states_gives_every_key_once_whatever_its_characters(
+    spark: SparkSession, table_name: str
+) -> None:
+    # Python sorts U+FF01 after U+1F600; the table (UTF-16) sorts it before.
+    keys = ["game-a", "game-b\U0001f600", "game-b\uff01", "game-c"]
+    shots: Processor[Any] = Processor(shooting_range, client(table_name), InMemoryPublisher())
+    for key in keys:
+        shots.process(Message(f"{key}-r", key, "StartNewRound"))
+
+    frame = read_states(spark, table_name, "shooting_range", partitions=4)
+
+    assert sorted((r.key, r.version) for r in frame.collect()) == sorted((k, 1) for k in keys)
+
+
 def test_ranges_cover_the_whole_key_space_and_bad_arguments_are_refused(
     spark: SparkSession, table_name: str
 ) -> None:
