@@ -17,6 +17,7 @@ Errors are listed in :mod:`handlers._errors`.
 """
 
 from ._cache import HeaderCache
+from ._codec import MAX_NESTING
 from ._context import HandlerContext
 from ._errors import (
     DuplicateOutsideWindowError,
@@ -37,6 +38,7 @@ from ._reading import scan_keys, scan_states
 from ._store import StateStore, StoredVersion
 
 __all__ = [
+    "MAX_NESTING",
     "DuplicateOutsideWindowError",
     "Handler",
     "HandlerContext",

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgpack
 
-__all__ = ["canonical", "digest", "pack", "unpack"]
+__all__ = ["MAX_NESTING", "canonical", "digest", "pack", "unpack"]
 
 
 #: The integers msgpack can hold: signed and unsigned 64-bit.
@@ -16,8 +16,14 @@ INT_MIN: Final = -(2**63)
 INT_MAX: Final = 2**64 - 1
 
 
-def canonical(value: Any, path: str = "value") -> Any:
-    """``value`` with every mapping's keys sorted, checking it is msgpack data."""
+#: How deep lists and mappings may nest in a body, a header, a capture or a
+#: state: checked level by level, so no value nears Python's recursion limit.
+MAX_NESTING: Final = 256
+
+
+def canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
+    """``value`` with every mapping's keys sorted, checking it is msgpack data
+    nested at most :data:`MAX_NESTING` levels (``depth``: the levels above it)."""
     if isinstance(value, int) and not isinstance(value, bool):
         if not INT_MIN <= value <= INT_MAX:
             raise ValueError(
@@ -27,13 +33,16 @@ def canonical(value: Any, path: str = "value") -> Any:
         return value
     if value is None or isinstance(value, bool | float | str | bytes):
         return value
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
+        shown = path if len(path) <= 80 else f"{path[:40]}...{path[-30:]}"
+        raise ValueError(f"{shown} nests lists and mappings deeper than {MAX_NESTING} levels")
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
                 raise TypeError(f"{path} has a non-str key {key!r}; keys must be str")
-        return {key: canonical(value[key], f"{path}[{key!r}]") for key in sorted(value)}
+        return {key: canonical(value[key], f"{path}[{key!r}]", depth + 1) for key in sorted(value)}
     if isinstance(value, list | tuple):
-        return [canonical(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [canonical(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise TypeError(

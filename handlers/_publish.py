@@ -10,10 +10,11 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from azure.data.tables import TableClient, UpdateMode
 
-from streamstone_py import check_key
+from streamstone_py import check_key, check_row, is_stream_row_key
 
 from ._codec import pack
 from ._message import Message
+from ._store import OUTBOX_PREFIX
 
 __all__ = ["InMemoryPublisher", "Publisher", "TablePublisher"]
 
@@ -51,8 +52,7 @@ class InMemoryPublisher:
                     self.divergent.append((earlier, message))
 
 
-#: Azure Tables' limits that a published row meets.
-MAX_PROPERTY_BYTES: Final = 64 * 1024
+#: Azure Tables' limits that a transaction of published rows meets.
 MAX_TRANSACTION_OPERATIONS: Final = 100
 #: Below Azure's 4 MiB per transaction, leaving room for the request's framing.
 MAX_TRANSACTION_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
@@ -60,29 +60,47 @@ MAX_TRANSACTION_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
 
 class TablePublisher:
     """Upserts outputs into a table, one row per output id (PartitionKey: the
-    output's key), so publishing again is idempotent."""
+    output's key), so publishing again is idempotent.
+
+    Give it a table of its own. On any table it refuses an output whose row
+    could be one of a stream's rows or a runtime's outbox row (see
+    :meth:`check`), so no output can replace another key's state.
+    """
 
     def __init__(self, table: TableClient) -> None:
         self.table = table
 
+    @staticmethod
+    def row(message: Message) -> dict[str, Any]:
+        """The row an output is stored as."""
+        return {
+            "PartitionKey": message.key,
+            "RowKey": message.id,
+            "Type": message.type,
+            "Body": pack(message.body),
+            "Headers": pack(dict(message.headers)),
+        }
+
     def check(self, message: Message) -> None:
-        """Refuse an output no table row can hold: a key or id the table refuses
-        (``/ \\ # ?``, control characters, over 1 KiB), or a body or headers
-        over 64 KiB encoded."""
+        """Refuse an output this publisher could never store, or should not:
+        a row the table refuses (a key or id with ``/ \\ # ?`` or control
+        characters, or over 1 KiB; a type, body or headers over 64 KiB), or an
+        id that is a stream's or an outbox's row key (``SS-...``,
+        ``name|SS-...``, ``name|OB-...``)."""
         check_key("output key", message.key)
         check_key("output id", message.id)
-        for name, value in (("body", message.body), ("headers", dict(message.headers))):
-            size = len(pack(value))
-            if size > MAX_PROPERTY_BYTES:
-                raise ValueError(
-                    f"output {message.id!r} has a {name} of {size} bytes encoded; "
-                    f"a table row holds at most {MAX_PROPERTY_BYTES}"
-                )
+        row_key = message.id
+        if is_stream_row_key(row_key) or row_key.partition("|")[2].startswith(OUTBOX_PREFIX):
+            raise ValueError(
+                f"output id {row_key!r} is the row key of a stream's or an outbox's row: "
+                "publishing it could replace another key's state"
+            )
+        check_row(self.row(message), f"output {message.id!r}")
 
     def publish(self, messages: Sequence[Message]) -> None:
         """Upsert the outputs, per key in transactions of at most 100 rows and
         about 4 MiB. Raises ``ValueError``, publishing nothing, if one id comes
-        twice with different content."""
+        twice with different content, or if :meth:`check` refuses one."""
         rows: dict[str, Message] = {}
         for message in messages:
             earlier = rows.setdefault(message.id, message)
@@ -91,17 +109,11 @@ class TablePublisher:
                     f"output id {message.id!r} comes twice with different content "
                     f"({earlier.type!r} and {message.type!r}); nothing was published"
                 )
+        for message in rows.values():
+            self.check(message)
         by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for m in rows.values():
-            by_key[m.key].append(
-                {
-                    "PartitionKey": m.key,
-                    "RowKey": m.id,
-                    "Type": m.type,
-                    "Body": pack(m.body),
-                    "Headers": pack(dict(m.headers)),
-                }
-            )
+            by_key[m.key].append(self.row(m))
         for entities in by_key.values():
             for chunk in _transactions(entities):
                 self.table.submit_transaction(

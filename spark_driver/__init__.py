@@ -11,7 +11,8 @@ Executors build their table client from their own environment
 token or a managed identity); see :class:`JobSettings`.
 """
 
-from ._job import INPUT_SCHEMA, process_messages, read_messages, run_batch, write_result
+from ._input import INPUT_SCHEMA, read_messages
+from ._job import process_messages, run_batch, write_result
 from ._session import session
 from ._settings import JobSettings, parse_duration, resolve_handler
 from ._states import read_history, read_states

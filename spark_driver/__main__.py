@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.stream:
             summaries = run_stream(
                 spark, args.input, args.output, args.checkpoint, settings,
-                output_format=args.output_format, partitions=args.partitions,
+                input_format=args.input_format, output_format=args.output_format,
+                partitions=args.partitions,
                 order_by=args.order_by, max_files_per_trigger=args.max_files_per_trigger,
             )  # fmt: skip
             for batch_id, summary in summaries:

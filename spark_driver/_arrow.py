@@ -6,7 +6,7 @@ observed metrics count what it did (a streaming plan may neither sort nor use
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ._executor import RESULT_SCHEMA, process_partition
@@ -36,12 +36,14 @@ def number_rows(batches: Iterable[Any]) -> Iterator[Any]:
         yield batch.append_column(ORDER, numbers)
 
 
-def process_batches(batches: Iterable[Any], settings: JobSettings) -> Iterator[Any]:
+def process_batches(
+    batches: Iterable[Any], settings: JobSettings, order: Sequence[str] = (ORDER,)
+) -> Iterator[Any]:
     """:func:`process_partition` over Arrow batches, for a streaming plan.
 
     A streaming plan may not sort, so the partition is ordered here, by key
-    and ``ORDER`` with nulls first as Spark sorts: it is held in memory, which
-    ``maxFilesPerTrigger`` bounds.
+    and then by the ``order`` columns, with nulls first as Spark sorts: it is
+    held in memory, which ``maxFilesPerTrigger`` bounds.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -53,14 +55,12 @@ def process_batches(batches: Iterable[Any], settings: JobSettings) -> Iterator[A
     if received:
         table = pa.Table.from_batches(received)
         # Nulls first, as Spark sorts, by sorting on "is valid" before each column.
-        keyed = pa.table(
-            {
-                "k": pc.is_valid(table["key"]), "key": table["key"],
-                "o": pc.is_valid(table[ORDER]), ORDER: table[ORDER],
-            }
-        )  # fmt: skip
-        keys = [(name, "ascending") for name in ("k", "key", "o", ORDER)]
-        rows = table.take(pc.sort_indices(keyed, sort_keys=keys)).to_pylist()
+        keyed: dict[str, Any] = {}
+        for n, name in enumerate(["key", *order]):
+            keyed[f"valid{n}"] = pc.is_valid(table[name])
+            keyed[f"value{n}"] = table[name]
+        keys = [(name, "ascending") for name in keyed]
+        rows = table.take(pc.sort_indices(pa.table(keyed), sort_keys=keys)).to_pylist()
     results = process_partition(rows, settings)
     while chunk := list(itertools.islice(results, _CHUNK)):
         yield pa.RecordBatch.from_arrays(

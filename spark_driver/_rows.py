@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from handlers import Message
+from handlers import MAX_NESTING, Message
 from streamstone_py import check_key
 
 __all__ = ["body_json", "parse_row", "raw_input", "sent_time"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-#: The column the job puts each row's sent time in (see ``_job.SENT_AT``).
+# The columns the job adds (see ``_input``): the unparsed line, the sent time,
+# and the first text column that is not UTF-8 with its bytes.
+_RAW: Final = "_raw"
 _SENT_AT: Final = "_sent_at"
+_NOT_UTF8: Final = "_not_utf8"
+_NOT_UTF8_BYTES: Final = "_not_utf8_bytes"
+UNPARSEABLE_LINE: Final = (
+    "unparseable line: not a JSON object, or one nested too deep for Spark's JSON reader"
+)
+_SHOWN: Final = {_RAW: "the line", _SENT_AT: "the sent time"}
+#: A JSON string (with its escapes), or one bracket: what nesting is counted on.
+_JSON_TOKENS: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def _json_default(value: Any) -> Any:
@@ -28,22 +39,59 @@ def body_json(body: Any) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), default=_json_default)
 
 
+def _field(row: Any, name: str) -> Any:
+    """A column the job adds, or None in a row built by a caller without it."""
+    try:
+        return row[name]
+    except (KeyError, ValueError):  # a dict, or a pyspark Row, without that column
+        return None
+
+
 def _unparsed(row: Any) -> str | None:
     """The input line Spark could not parse into columns (None: it parsed)."""
-    try:
-        line = row["_raw"]
-    except KeyError:  # rows built by a caller, not read by Spark
-        return None
+    line = _field(row, _RAW)
     return None if line is None else str(line)
+
+
+def _not_utf8(row: Any) -> tuple[str, str] | None:
+    """The first text column whose bytes are not UTF-8, and those bytes escaped
+    (``\\xff``), so that two different inputs stay two different texts."""
+    name = _field(row, _NOT_UTF8)
+    if name is None:
+        return None
+    data = bytes(_field(row, _NOT_UTF8_BYTES) or b"")
+    return str(name), data.decode("utf-8", "backslashreplace")
 
 
 def raw_input(row: Any) -> str:
     """The input a dead letter came from, as a line that can be fixed and sent again."""
+    bad = _not_utf8(row)
+    if bad is not None and bad[0] == _RAW:
+        return bad[1]
     line = _unparsed(row)
     if line is not None:
         return line
     fields = {name: row[name] for name in ("message_id", "key", "type", "body")}
+    if bad is not None and bad[0] in fields:
+        fields[bad[0]] = bad[1]
     return json.dumps(fields, sort_keys=True, default=_json_default)
+
+
+def json_nests_deeper(text: str, limit: int = MAX_NESTING) -> bool:
+    """Whether JSON ``text`` nests arrays and objects deeper than ``limit``,
+    told without parsing it (parsing a deep document recurses), in one scan."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for token in _JSON_TOKENS.finditer(text):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif mark in "]}":
+            depth -= 1
+    return False
 
 
 def sent_time(value: object, column: str) -> tuple[str | None, str | None]:
@@ -72,8 +120,13 @@ def parse_row(
 ) -> tuple[Message | None, str | None]:
     """A message from an input row, or the reason it is dead-lettered; with
     ``sent_at`` (the input's column name) it carries its sent time."""
+    bad = _not_utf8(row)
+    if bad is not None:
+        name, escaped = bad
+        shown = escaped if len(escaped) <= 200 else escaped[:200] + "..."
+        return None, f"{_SHOWN.get(name, name)} is not valid UTF-8: {shown!r}"
     if _unparsed(row) is not None:
-        return None, "unparseable line: not a JSON object"
+        return None, UNPARSEABLE_LINE
     message_id, key, type_, body = row["message_id"], row["key"], row["type"], row["body"]
     if not message_id:
         return None, "missing message_id"
@@ -93,10 +146,12 @@ def parse_row(
         parsed: Any = None
     elif isinstance(body, bytes | bytearray):
         parsed = bytes(body)
+    elif json_nests_deeper(str(body)):
+        return None, f"body nests arrays and objects deeper than {MAX_NESTING} levels"
     else:
         try:
             parsed = json.loads(body)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             return None, f"unparseable body: {exc}"
     headers: dict[str, str] = {}
     if sent_at is not None:

@@ -12,7 +12,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ._arrow import ORDER, number_rows, process_batches
 from ._executor import OUTCOME, RESULT_SCHEMA, RETENTION, TASK
-from ._job import CORRUPT_RECORD, _json_schema, _message_columns, write_result
+from ._input import input_order, message_columns, read_stream
+from ._job import write_result
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
 
@@ -57,18 +58,20 @@ def process_stream(
     job = settings
 
     def run(batches: Any) -> Any:
-        return process_batches(batches, job)
+        return process_batches(batches, job, [*names, ORDER])
 
+    order = input_order(stream, order_by)
+    names = [f"_order{n}" for n in range(len(order))]
     with warnings.catch_warnings():
         # PySpark 3.5's mapInArrow checks the pandas version with distutils.
         warnings.filterwarnings("ignore", "distutils Version classes", DeprecationWarning)
-        if order_by is None:
-            messages = stream.select(*_message_columns(stream, settings.sent_at))
-            numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
-            messages = messages.mapInArrow(number_rows, numbered)
-        else:
-            columns = _message_columns(stream, settings.sent_at)
-            messages = stream.select(*columns, F.col(order_by).alias(ORDER))
+        messages = stream.select(
+            *message_columns(stream, settings.sent_at),
+            *(column.alias(name) for column, name in zip(order, names, strict=True)),
+        )
+        # A streaming plan may not use monotonically_increasing_id: number here.
+        numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
+        messages = messages.mapInArrow(number_rows, numbered)
         results = messages.repartition(partitions, "key").mapInArrow(run, RESULT_SCHEMA)
     return results.observe(METRICS, *_metrics())
 
@@ -80,6 +83,7 @@ def run_stream(
     checkpoint: str,
     settings: JobSettings,
     *,
+    input_format: str = "json",
     output_format: str = "parquet",
     partitions: int = 8,
     order_by: str | None = None,
@@ -88,6 +92,10 @@ def run_stream(
     query_name: str | None = None,
 ) -> list[tuple[int, Summary]]:
     """Process what is in ``input_dir`` now (``availableNow``), micro-batch by micro-batch.
+
+    The files are JSON lines or Parquet (``input_format``), taken oldest
+    first; a key's messages apply in the order of their files, then of their
+    lines, however the files fall into micro-batches (or by ``order_by``).
 
     Each batch's outputs go to ``{output}/batch={id}``, overwritten when Spark
     replays the batch after a restart (its commit never got logged), so a
@@ -117,18 +125,10 @@ def run_stream(
         if on_batch is not None:
             on_batch(batch_id, summary)
 
-    schema = _json_schema(spark, input_dir, order_by, settings.sent_at)
-    for what, name in (("order", order_by), ("sent-at", settings.sent_at)):
-        if name is not None and name not in schema.fieldNames():
-            raise ValueError(f"{what} column {name!r} is not in the input {input_dir!r}")
-    reader = (
-        spark.readStream.schema(schema)
-        .option("mode", "PERMISSIVE")
-        .option("columnNameOfCorruptRecord", CORRUPT_RECORD)
+    frame = read_stream(
+        spark, input_dir, input_format, order_by, settings.sent_at, max_files_per_trigger
     )
-    if max_files_per_trigger is not None:
-        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-    writer = process_stream(reader.json(input_dir), settings, partitions, order_by).writeStream
+    writer = process_stream(frame, settings, partitions, order_by).writeStream
     if query_name is not None:
         writer = writer.queryName(query_name)
     query: Any = (

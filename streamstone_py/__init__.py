@@ -26,7 +26,15 @@ from ._errors import (
     StreamNotFoundError,
     StreamstoneError,
 )
-from ._model import EventData, Include, RecordedEvent, StreamSlice, WriteResult
+from ._model import (
+    EventData,
+    Include,
+    RecordedEvent,
+    StreamSlice,
+    WriteResult,
+    check_row,
+    is_stream_row_key,
+)
 from ._partition import Partition, check_key, key_order
 from ._retry import RetryPolicy
 from ._scan import ScannedStream
@@ -55,6 +63,8 @@ __all__ = [
     "TableConfig",
     "WriteResult",
     "check_key",
+    "check_row",
+    "is_stream_row_key",
     "join_binary",
     "key_order",
     "redact",

@@ -7,22 +7,57 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._partition import RESERVED_PREFIX, SEPARATOR, check_key
-from ._values import RESERVED_NAMES, SYSTEM_NAMES, PropertyValue, convert_properties, freeze
+from ._values import (
+    RESERVED_NAMES,
+    SYSTEM_NAMES,
+    PropertyValue,
+    check_entity,
+    convert_properties,
+    freeze,
+)
 
 if TYPE_CHECKING:
     from ._stream import Stream
 
-__all__ = ["EventData", "Include", "RecordedEvent", "StreamSlice", "WriteResult", "fold_includes"]
+__all__ = [
+    "EventData",
+    "Include",
+    "RecordedEvent",
+    "StreamSlice",
+    "WriteResult",
+    "check_row",
+    "fold_includes",
+    "is_stream_row_key",
+]
 
 IncludeOperation = Literal["insert", "replace", "delete", "insert_or_merge", "insert_or_replace"]
 
 
-def _is_engine_row_key(row_key: str) -> bool:
-    """Could this key fall among a stream's rows? Those of the plain stream all
-    start with ``SS-``, and those of virtual stream ``name`` with ``name|SS-``
-    (a name has no ``|``). Reserving every ``|``-separated part that starts
-    with ``SS-`` covers both, and is the simpler rule to state."""
-    return any(part.startswith(RESERVED_PREFIX) for part in row_key.split(SEPARATOR))
+def is_stream_row_key(row_key: str) -> bool:
+    """Could a row with this RowKey be one of a stream's rows? Those of a plain
+    stream start with ``SS-``; those of virtual stream ``name`` with
+    ``name|SS-``, and a name holds no ``|``. So exactly the keys that start
+    with ``SS-``, or whose rest after the first ``|`` does."""
+    return row_key.startswith(RESERVED_PREFIX) or row_key.partition(SEPARATOR)[2].startswith(
+        RESERVED_PREFIX
+    )
+
+
+def check_row(entity: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    """The row as Azure Tables would store it, or ``ValueError``/``TypeError``
+    naming ``owner`` and what cannot be stored: a key the table refuses, a
+    property of an unsupported type or over 64 KiB, too many properties, or
+    an entity over 1 MiB. Nothing is sent."""
+    converted: dict[str, Any] = {}
+    for name in ("PartitionKey", "RowKey"):
+        converted[name] = check_key(f"{owner}'s {name}", entity.get(name))
+    try:
+        body = {k: v for k, v in entity.items() if k not in ("PartitionKey", "RowKey")}
+        converted.update(convert_properties(body, frozenset(), owner))
+        check_entity(converted, owner)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"{owner} cannot be a table row: {exc}") from None
+    return converted
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +67,9 @@ class Include:
     Use the constructors: ``Include.insert(entity)``, ``Include.replace(entity)``,
     ``Include.delete(entity)``, ``Include.insert_or_merge(entity)`` and
     ``Include.insert_or_replace(entity)``. The entity's ``PartitionKey`` is set
-    to the stream's; its ``RowKey`` is required, and no part of it between
-    ``|`` may start with ``SS-``, which is where streams keep their rows.
+    to the stream's; its ``RowKey`` is required, and may neither start with
+    ``SS-`` nor have a rest after its first ``|`` that does: those are where
+    streams keep their rows (see :func:`is_stream_row_key`).
     ``replace`` and ``delete`` are conditional on ``etag``: given explicitly,
     or taken from an entity read with azure-data-tables
     (``entity.metadata["etag"]``); ``"*"`` makes them unconditional.
@@ -47,10 +83,11 @@ class Include:
         row_key = self.entity.get("RowKey") if isinstance(self.entity, Mapping) else None
         check_key("included entity RowKey", row_key)
         assert isinstance(row_key, str)
-        if _is_engine_row_key(row_key):
+        if is_stream_row_key(row_key):
             raise ValueError(
-                f"included entity RowKey {row_key!r} is reserved for stream rows: no part "
-                f"of it between {SEPARATOR!r} may start with {RESERVED_PREFIX!r}"
+                f"included entity RowKey {row_key!r} is reserved for stream rows: it may not "
+                f"start with {RESERVED_PREFIX!r}, nor may its rest after the first "
+                f"{SEPARATOR!r}"
             )
         if self.operation in ("replace", "delete") and not self.etag:
             raise ValueError(

@@ -66,7 +66,7 @@ NEAR_NAMES = ("SS", "S", "ss-SE-0000000001", "SR", "SS_HEAD", "orders")
 RESERVED_NAMES = ("SS-SE-0000000001", "SS-UID-a", "SS-HEAD", "SS-")
 IDS = ("a", "b", "c", "x|SS-HEAD", "SS-SE-0000000001", "SS|SS-UID-a", "orders|SS-SE-2")
 INCLUDE_KEYS = ("inc", "SS", "x|ySS-HEAD", "orders|OB-1", "S|inc", "SS_SE")
-RESERVED_INCLUDE_KEYS = ("SS-x", "orders|SS-SE-0000000001|x", "SS|SS-HEAD", "|SS-", "a|b|SS-UID-")
+RESERVED_INCLUDE_KEYS = ("SS-x", "orders|SS-SE-0000000001|x", "SS|SS-HEAD", "|SS-", "a|SS-UID-b|c")
 FAULT_KINDS = ("before", "after", "lost")
 
 

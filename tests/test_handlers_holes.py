@@ -566,7 +566,6 @@ POISON = [
     ("state", "p", "Capture", "Captures"),
     ("outbox", "p", "Capture", "Captures"),
     ("outbox", "p", "Huge", "bytes"),
-    ("outbox", "evil|SS-HEAD", "Add", "evil|SS-HEAD"),
     ("state", "x" * 505, "Add", "1024"),
     ("outbox", "x" * 505, "Add", "1024"),
 ]
@@ -580,8 +579,7 @@ POISON = [
 def test_a_poison_message_is_abandoned_alone(
     table: TableClient, game: str, strategy: StrategyName, message_id: str, type: str, reason: str
 ) -> None:
-    # capture over 64 KiB, outbox outputs over 1 MiB, an outbox row key that is
-    # reserved for stream rows, and an id row key over 1 KiB
+    # capture over 64 KiB, outbox outputs over 1 MiB, and an id row key over 1 KiB
     batch = [Message("a", game, "Add", {}), Message(message_id, game, type, {})]
     batch.append(Message("b", game, "Add", {}))
     p = make(table, strategy)
@@ -682,7 +680,7 @@ def emitter(state: dict[str, Any], message: Message, ctx: HandlerContext) -> Non
         ({"key": "bad/key"}, "output key 'bad/key' contains '/'"),
         ({"key": "k\x01"}, "contains '\\x01'"),
         ({"id": "x" * 600}, "the limit is 1024"),
-        ({"size": 70_000}, "a body of 70"),
+        ({"size": 70_000}, "property 'Body' is 70014 bytes of binary; the limit is 65536"),
         ({"id": "same", "count": 2}, "two outputs have the id 'same' and different content"),
     ],
     ids=["slash-in-key", "control-in-key", "id-over-1KiB", "body-over-64KiB", "same-id-twice"],

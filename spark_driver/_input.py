@@ -1,0 +1,281 @@
+"""Where messages enter the job: the input files read as DataFrames (batch and
+stream), and the columns the executors read from them.
+
+Three things are decided here, once for both modes:
+
+- *text*: every text column the executors read is checked to be valid
+  UTF-8 in Spark, before Python sees it. Spark hands Python a string with
+  bytes that are not UTF-8 as U+FFFD, so two different ids would become one;
+  instead the row names its first bad column (:data:`NOT_UTF8`) and keeps
+  its bytes (:data:`NOT_UTF8_BYTES`), and the executor dead-letters it;
+- *order*: without ``order_by``, a key's messages apply in the order of
+  their files (oldest modification time first, as Spark's file source takes
+  them; then by path), then of their lines, whatever the files' sizes and
+  however they were cut into micro-batches (:data:`FILE_ORDER`);
+- *sent time*: the optional sent-time column, as the executors read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+__all__ = [
+    "CORRUPT_RECORD",
+    "FILE_ORDER",
+    "INPUT_FORMATS",
+    "INPUT_SCHEMA",
+    "LINE",
+    "NOT_UTF8",
+    "NOT_UTF8_BYTES",
+    "RAW",
+    "SENT_AT",
+    "input_order",
+    "message_columns",
+    "read_messages",
+    "read_stream",
+]
+
+INPUT_SCHEMA = StructType(
+    [
+        StructField("message_id", StringType()),
+        StructField("key", StringType()),
+        StructField("type", StringType()),
+        StructField("body", StringType()),
+    ]
+)
+INPUT_FORMATS = ("json", "parquet")
+
+#: Where Spark's JSON reader keeps a line it could not parse (PERMISSIVE mode).
+CORRUPT_RECORD = "_corrupt_record"
+#: The line the executors dead-letter as unparseable (null: the line parsed).
+RAW = "_raw"
+#: Each JSON line as read, whether it parsed or not.
+LINE = "_line"
+#: The column the executors read a message's sent time from (see ``JobSettings.sent_at``).
+SENT_AT = "_sent_at"
+#: The first text column of a row that is not valid UTF-8 (null: all are), and its bytes.
+NOT_UTF8 = "_not_utf8"
+NOT_UTF8_BYTES = "_not_utf8_bytes"
+#: Each row's file: modification time, path and the offset of its split; with
+#: the row's place in its partition, the input order (see the module's doc).
+FILE_ORDER = ("_file_time", "_file_path", "_file_block")
+_FILE_METADATA = ("file_modification_time", "file_path", "file_block_start")
+
+
+def _json_schema(spark: SparkSession, path: str, *extra: str | None) -> StructType:
+    """The input's columns: the four message columns as text, the others as inferred.
+
+    The message columns are read as text even where they hold JSON objects
+    (a body), so Spark keeps their raw JSON. Without an ``extra`` column to
+    read (an ordering or a sent-time column) the fixed schema is enough, and
+    no inference pass is made.
+    """
+    corrupt = StructField(CORRUPT_RECORD, StringType())
+    if not any(extra):
+        return StructType([*INPUT_SCHEMA.fields, corrupt])
+    inferred = spark.read.json(path).schema
+    known = {*INPUT_SCHEMA.fieldNames(), CORRUPT_RECORD}
+    others = [f for f in inferred.fields if f.name not in known]
+    return StructType([*INPUT_SCHEMA.fields, *others, corrupt])
+
+
+def _located(frame: DataFrame) -> list[Column]:
+    """The file each row came from, for the input order: a file source's hidden
+    metadata, to select before anything else is done to the frame."""
+    metadata = zip(_FILE_METADATA, FILE_ORDER, strict=True)
+    return [F.col(f"_metadata.{m}").alias(c) for m, c in metadata]
+
+
+def _json_lines(lines: DataFrame, schema: StructType) -> DataFrame:
+    """JSON lines parsed from a text source's ``value``, keeping each line
+    (:data:`LINE`) to check its bytes: Spark's JSON reader turns some bytes
+    that are not UTF-8 into ``?`` without a trace, so the columns alone
+    cannot tell. A line that is not a JSON object keeps its text in
+    CORRUPT_RECORD; blank lines are skipped, as the JSON reader does."""
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
+    located = lines.select("value", *_located(lines)).where(F.trim(F.col("value")) != "")
+    return located.select(
+        F.from_json(F.col("value"), schema, options).alias("_message"),
+        F.col("value").alias(LINE),
+        *FILE_ORDER,
+    ).select("_message.*", LINE, *FILE_ORDER)
+
+
+def _checked(frame: DataFrame, path: str, extra: Sequence[tuple[str, str | None]]) -> DataFrame:
+    missing = [c for c in INPUT_SCHEMA.fieldNames() if c not in frame.columns]
+    if missing:
+        raise ValueError(f"input {path!r} lacks the columns {missing}")
+    for what, name in extra:
+        if name is not None and name not in frame.columns:
+            raise ValueError(
+                f"{what} column {name!r} is not in the input {path!r} (columns: {frame.columns})"
+            )
+    return frame
+
+
+def _check_format(input_format: str) -> None:
+    if input_format not in INPUT_FORMATS:
+        raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
+
+
+def read_messages(
+    spark: SparkSession,
+    path: str,
+    input_format: str,
+    order_by: str | None = None,
+    sent_at: str | None = None,
+) -> DataFrame:
+    """JSON lines or Parquet with at least message_id, key, type and body.
+
+    Other columns are kept (with JSON, when ``order_by`` or ``sent_at`` names
+    one of them), so an ordering or sent-time column reaches
+    :func:`process_messages`; so are the columns of :data:`FILE_ORDER`.
+    """
+    _check_format(input_format)
+    if input_format == "json":
+        schema = _json_schema(spark, path, order_by, sent_at)
+        frame = _json_lines(spark.read.text(path), schema)
+    else:
+        parquet = spark.read.parquet(path)
+        frame = parquet.select("*", *_located(parquet))
+    return _checked(frame, path, (("order", order_by), ("sent-at", sent_at)))
+
+
+def read_stream(
+    spark: SparkSession,
+    path: str,
+    input_format: str,
+    order_by: str | None = None,
+    sent_at: str | None = None,
+    max_files_per_trigger: int | None = None,
+) -> DataFrame:
+    """The files of directory ``path`` as a stream, read as :func:`read_messages` reads them.
+
+    A stream needs its schema up front: JSON's is the message columns (and
+    those ``order_by`` and ``sent_at`` name, inferred), Parquet's that of the
+    files already there.
+    """
+    _check_format(input_format)
+    reader = spark.readStream
+    if max_files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+    if input_format == "json":
+        schema = _json_schema(spark, path, order_by, sent_at)
+        frame = _json_lines(reader.text(path), schema)
+    else:
+        try:
+            schema = spark.read.parquet(path).schema
+        except Exception as exc:  # AnalysisException: no files to take the schema from
+            raise ValueError(
+                f"input {path!r} has no Parquet files to take the stream's schema from"
+            ) from exc
+        parquet = reader.schema(schema).parquet(path)
+        frame = parquet.select("*", *_located(parquet))
+    return _checked(frame, path, (("order", order_by), ("sent-at", sent_at)))
+
+
+def _sent_at_column(frame: DataFrame, name: str) -> Column:
+    """A sent-time column as the executors read it: text as it is (ISO-8601,
+    checked there), a timestamp as microseconds since the epoch (exact, and
+    independent of the session's time zone)."""
+    if name not in frame.columns:
+        raise ValueError(f"sent-at column {name!r} is not in the input ({frame.columns})")
+    found = frame.schema[name].dataType
+    if isinstance(found, StringType):
+        return F.col(name)
+    if isinstance(found, TimestampType):
+        return F.unix_micros(F.col(name))
+    raise ValueError(
+        f"sent-at column {name!r} is of type {found.simpleString()}: give a timestamp "
+        "(with its time zone, Spark's TIMESTAMP) or ISO-8601 text with a zone"
+    )
+
+
+def message_columns(frame: DataFrame, sent_at: str | None = None) -> list[Column]:
+    """The message columns as the executors read them, from any producer's types.
+
+    Ids, keys and types of any integer or string type become strings; a body
+    that is a struct, a map or an array becomes its JSON text, and any other
+    non-binary body its text (a number or a boolean is valid JSON as text).
+    Then :data:`RAW`, the sent time (:data:`SENT_AT`, with ``sent_at``), and
+    the UTF-8 check (:data:`NOT_UTF8`, :data:`NOT_UTF8_BYTES`): a text column
+    that is not valid UTF-8 is null, and named there with its bytes.
+    """
+    columns: dict[str, Column] = {}
+    texts: list[str] = []  # columns read as text, whose bytes may not be UTF-8
+    checks: dict[str, Column] = {}  # the bytes each is checked on
+    if LINE in frame.columns:
+        # A JSON line is checked whole: its columns all come from it.
+        checks[RAW] = F.col(LINE)
+    for name in ("message_id", "key", "type"):
+        column = F.col(name)
+        if isinstance(frame.schema[name].dataType, StringType):
+            texts.append(name)
+        else:
+            column = column.cast(StringType())
+        columns[name] = column
+    body = F.col("body")
+    body_type = frame.schema["body"].dataType
+    if isinstance(body_type, StringType):
+        texts.append("body")
+    elif isinstance(body_type, StructType | MapType | ArrayType):
+        body = F.to_json(body)
+    elif not isinstance(body_type, BinaryType):
+        body = body.cast(StringType())
+    columns["body"] = body
+    if CORRUPT_RECORD in frame.columns:
+        columns[RAW] = F.col(CORRUPT_RECORD)
+    else:
+        columns[RAW] = F.lit(None).cast(StringType())
+    if sent_at is not None:
+        columns[SENT_AT] = _sent_at_column(frame, sent_at)
+        if isinstance(frame.schema[sent_at].dataType, StringType):
+            texts.append(SENT_AT)
+    if not checks:  # columns not parsed from a line of text: each is checked
+        checks = {name: columns[name] for name in texts}
+    # Spark decodes a string that is not UTF-8 with U+FFFD: comparing its bytes
+    # with those of the decoded text tells. Null (a null column) counts as valid.
+    valid = {n: F.encode(c, "UTF-8") == c.cast("binary") for n, c in checks.items()}
+    bad = [F.when(~ok, F.lit(name)) for name, ok in valid.items()]
+    bad_bytes = [F.when(~valid[name], c.cast("binary")) for name, c in checks.items()]
+    # A column that is not UTF-8 is null (a JSON line that is not: all of its
+    # columns), so that no text Spark made up travels on, not even in a dead letter.
+    line_ok = valid.get(RAW) if LINE in frame.columns else None
+    guarded = [
+        (
+            F.when(line_ok, column)
+            if line_ok is not None
+            else F.when(valid[name], column)
+            if name in valid
+            else column
+        ).alias(name)
+        for name, column in columns.items()
+    ]
+    return [
+        *guarded,
+        (F.coalesce(*bad) if bad else F.lit(None).cast(StringType())).alias(NOT_UTF8),
+        (F.coalesce(*bad_bytes) if bad else F.lit(None).cast(BinaryType())).alias(NOT_UTF8_BYTES),
+    ]
+
+
+def input_order(frame: DataFrame, order_by: str | None) -> list[Column]:
+    """What a key's messages are sorted by, before their place in the input
+    (which breaks ties): ``order_by``, or their file's place
+    (:data:`FILE_ORDER`, when ``frame`` was read from files)."""
+    if order_by is not None:
+        if order_by not in frame.columns:
+            raise ValueError(f"order column {order_by!r} is not in the input ({frame.columns})")
+        return [F.col(order_by)]
+    return [F.col(c) for c in FILE_ORDER if c in frame.columns]
