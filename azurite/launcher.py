@@ -31,6 +31,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -64,13 +65,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _answers(port: int) -> bool:
+def _answers(port: int, cert: Path | None = None) -> bool:
     """True once Azurite's Table service answers on ``port`` (any status counts).
 
     Another HTTP server on the port does not count: the answer must name
-    Azurite's Table service (its ``Server`` header).
+    Azurite's Table service (its ``Server`` header). With ``cert``, over
+    HTTPS, checked against that certificate.
     """
-    conn = http.client.HTTPConnection(_HOST, port, timeout=1.0)
+    conn: http.client.HTTPConnection
+    if cert is not None:
+        context = ssl.create_default_context(cafile=str(cert))
+        conn = http.client.HTTPSConnection(_HOST, port, timeout=1.0, context=context)
+    else:
+        conn = http.client.HTTPConnection(_HOST, port, timeout=1.0)
     try:
         conn.request("GET", f"/{_ACCOUNT}/Tables")
         response = conn.getresponse()
@@ -96,7 +103,16 @@ class AzuriteTable:
         location: str | os.PathLike[str] | None = None,
         startup_timeout: float = 60.0,
         binary: str | os.PathLike[str] | None = None,
+        https: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+        oauth: bool = False,
     ) -> None:
+        if oauth and https is None:
+            raise ValueError("Azurite takes bearer tokens over HTTPS only: give https=(cert, key)")
+        #: The PEM certificate and key to serve HTTPS with (None: plain HTTP).
+        self.https = (Path(https[0]), Path(https[1])) if https is not None else None
+        #: Whether bearer tokens are accepted (Azurite checks their claims, not
+        #: their signature: for tests of the client's side only).
+        self.oauth = oauth
         self._binary = Path(binary) if binary is not None else _BIN
         self._location = Path(location) if location is not None else None
         self._startup_timeout = startup_timeout
@@ -117,12 +133,14 @@ class AzuriteTable:
     def endpoint(self) -> str:
         if self.port is None:
             raise AzuriteError("Azurite has not been started")
-        return f"http://{_HOST}:{self.port}/{_ACCOUNT}"
+        scheme = "https" if self.https is not None else "http"
+        return f"{scheme}://{_HOST}:{self.port}/{_ACCOUNT}"
 
     @property
     def connection_string(self) -> str:
+        scheme = "https" if self.https is not None else "http"
         return (
-            f"DefaultEndpointsProtocol=http;AccountName={_ACCOUNT};"
+            f"DefaultEndpointsProtocol={scheme};AccountName={_ACCOUNT};"
             f"AccountKey={_ACCOUNT_KEY};TableEndpoint={self.endpoint};"
         )
 
@@ -165,6 +183,10 @@ class AzuriteTable:
             "--disableTelemetry",
             "--silent",
         ]  # fmt: skip
+        if self.https is not None:
+            args += ["--cert", str(self.https[0]), "--key", str(self.https[1])]
+        if self.oauth:
+            args += ["--oauth", "basic"]
         if self._location is None:
             args.append("--inMemoryPersistence")
         else:
@@ -186,7 +208,8 @@ class AzuriteTable:
                 break
             # Our process must still be alive after the answer: an Azurite of
             # someone else's on this port would answer while ours failed to bind.
-            if _answers(port) and self._process.poll() is None:
+            cert = self.https[0] if self.https is not None else None
+            if _answers(port, cert) and self._process.poll() is None:
                 return True, ""
             time.sleep(0.1)
         output = self._log.read_text(errors="replace")[-2000:]

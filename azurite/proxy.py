@@ -20,7 +20,10 @@ Actions a plan returns for each request:
   connection without answering (applied, but the client cannot know);
 - ``"truncate"``: forward it, then send the response's head and half of its
   body, and close (applied; the client sees a cut response);
-- ``"hang"``: forward nothing and never answer, until the client gives up.
+- ``"hang"``: forward nothing and never answer, until the client gives up;
+- ``"throttle"``: forward nothing and answer ``503 Server Busy`` with
+  ``Retry-After: {retry_after}`` (nothing applied), as the service does when
+  it throttles an account or a partition.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import contextlib
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -36,7 +40,7 @@ from typing import Literal
 
 __all__ = ["Action", "Proxy", "Request"]
 
-Action = Literal["pass", "refuse", "drop", "truncate", "hang"]
+Action = Literal["pass", "refuse", "drop", "truncate", "hang", "throttle"]
 _HOST = "127.0.0.1"
 
 
@@ -110,9 +114,10 @@ class Proxy:
     each response is returned (so a round trip gains ``2 * delay``).
     """
 
-    def __init__(self, upstream_port: int, *, delay: float = 0.0) -> None:
+    def __init__(self, upstream_port: int, *, delay: float = 0.0, retry_after: int = 1) -> None:
         self.upstream_port = upstream_port
         self.delay = delay
+        self.retry_after = retry_after
         self.seen: list[tuple[Request, Action]] = []
         self._plan: Callable[[Request], Action] = lambda request: "pass"
         self._lock = threading.Lock()
@@ -183,6 +188,9 @@ class Proxy:
                 if action == "hang":
                     self._stopped.wait()
                     return
+                if action == "throttle":
+                    client.sendall(_busy(self.retry_after))
+                    continue
                 if self.delay:
                     time.sleep(self.delay)
                 upstream.sendall(head + body)
@@ -203,6 +211,23 @@ class Proxy:
                     _close(sock)
                     with self._lock:
                         self._open.discard(sock)
+
+
+def _busy(retry_after: int) -> bytes:
+    """The service's answer when it throttles: 503, ServerBusy, and when to come back."""
+    body = (
+        b'{"odata.error":{"code":"ServerBusy","message":{"lang":"en-US",'
+        b'"value":"The server is busy."}}}'
+    )
+    head = (
+        "HTTP/1.1 503 Server Busy\r\n"
+        "Content-Type: application/json;odata=minimalmetadata;charset=utf-8\r\n"
+        "x-ms-error-code: ServerBusy\r\n"
+        f"x-ms-request-id: {uuid.uuid4()}\r\n"
+        f"Retry-After: {retry_after}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("ascii") + body
 
 
 def _close(sock: socket.socket) -> None:

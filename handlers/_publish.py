@@ -8,9 +8,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
-from azure.data.tables import TableClient, UpdateMode
+from azure.data.tables import TableClient
 
-from streamstone_py import check_key, check_row, is_stream_row_key
+from streamstone_py import TableOperation, check_key, check_row, is_stream_row_key, submit
 
 from ._codec import pack
 from ._message import Message
@@ -116,9 +116,7 @@ class TablePublisher:
             by_key[m.key].append(self.row(m))
         for entities in by_key.values():
             for chunk in _transactions(entities):
-                self.table.submit_transaction(
-                    [("upsert", e, {"mode": UpdateMode.REPLACE}) for e in chunk]
-                )
+                submit(self.table, [TableOperation("upsert_replace", e) for e in chunk])
 
 
 def _wire_size(entity: dict[str, Any]) -> int:

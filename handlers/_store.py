@@ -25,10 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from azure.core.exceptions import ResourceNotFoundError
-from azure.data.tables import TableClient, TableTransactionError, UpdateMode
+from azure.data.tables import TableClient, TableTransactionError
 
 from streamstone_py import (
     EventData,
@@ -38,8 +37,12 @@ from streamstone_py import (
     RetryPolicy,
     Stream,
     StreamSlice,
+    TableOperation,
     WriteResult,
     join_binary,
+    query_rows,
+    read_row,
+    submit,
 )
 
 from ._codec import unpack
@@ -55,6 +58,10 @@ RETAIN_CUT: Final = "RetainCut"
 #: The event property naming how its output ids were derived (absent: scheme 1).
 ID_SCHEME: Final = "IdScheme"
 OUTBOX_PREFIX: Final = "OB-"
+
+
+#: How an outbox row is changed after it was written.
+_OutboxWrite = Literal["update_merge", "update_replace", "delete"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +150,13 @@ class StateStore:
         return Stream.write(stream, *events)
 
     def outbox(self, partition: Partition, message_id: str) -> OutboxRecord | None:
-        try:
-            row = self.table.get_entity(partition.partition_key, self.outbox_row_key(message_id))
-        except ResourceNotFoundError:
+        key = self.outbox_row_key(message_id)
+        row = read_row(self.table, partition.partition_key, key, retry=self.retry)
+        if row is None:
             return None
-        outputs = unpack_stored(join_binary("Outputs", row)) if "Outputs_Parts" in row else None
-        return OutboxRecord(outputs, bool(row.get("Dispatched")))
+        found = row.properties
+        outputs = unpack_stored(join_binary("Outputs", found)) if "Outputs_Parts" in found else None
+        return OutboxRecord(outputs, bool(found.get("Dispatched")))
 
     def outbox_include(self, message_id: str, outputs: dict[str, Any]) -> Include:
         return Include.insert(
@@ -158,24 +166,26 @@ class StateStore:
     def undispatched(self, partition: Partition) -> set[str]:
         """The message ids whose outbox rows still hold outputs (one range query)."""
         prefix = self.outbox_row_key("")
-        found = self.table.query_entities(
+        found = query_rows(
+            self.table,
             "PartitionKey eq @pk and RowKey ge @first and RowKey lt @end and Dispatched eq false",
-            parameters={
+            {
                 "pk": partition.partition_key,
                 "first": prefix,
                 "end": prefix[:-1] + chr(ord(prefix[-1]) + 1),
             },
             select=["RowKey"],
+            retry=self.retry,
         )
-        return {str(row["RowKey"])[len(prefix) :] for row in found}
+        return {str(row.properties["RowKey"])[len(prefix) :] for row in found}
 
     def mark_dispatched(
         self, partition: Partition, message_ids: Sequence[str], *, keep_outputs: bool = False
     ) -> None:
         """Replace outbox rows by a bare ``Dispatched`` flag (or set the flag and
         keep the outputs); rows already gone are skipped."""
-        mode = UpdateMode.MERGE if keep_outputs else UpdateMode.REPLACE
-        self._submit_each(partition, message_ids, "update", {"Dispatched": True}, mode)
+        kind: _OutboxWrite = "update_merge" if keep_outputs else "update_replace"
+        self._submit_each(partition, message_ids, kind, {"Dispatched": True})
 
     def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._submit_each(partition, message_ids, "delete", {})
@@ -184,20 +194,20 @@ class StateStore:
         self,
         partition: Partition,
         message_ids: Sequence[str],
-        kind: str,
+        kind: _OutboxWrite,
         values: dict[str, Any],
-        mode: UpdateMode = UpdateMode.REPLACE,
     ) -> None:
-        """One operation per outbox row, 100 to a transaction; rows already gone are skipped."""
-        ops: list[Any] = [
-            (
+        """One unconditional operation per outbox row, 100 to a transaction;
+        rows already gone are skipped."""
+        ops = [
+            TableOperation(
                 kind,
                 {
                     "PartitionKey": partition.partition_key,
                     "RowKey": self.outbox_row_key(m),
                     **values,
                 },
-                {"mode": mode} if kind == "update" else {},
+                "*",
             )
             for m in dict.fromkeys(message_ids)
         ]
@@ -205,7 +215,7 @@ class StateStore:
             batch = ops[start : start + 100]
             while batch:
                 try:
-                    self.table.submit_transaction(batch)
+                    submit(self.table, batch, retry=self.retry)
                     break
                 except TableTransactionError as exc:
                     if exc.status_code != 404 or exc.index is None:

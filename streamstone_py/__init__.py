@@ -17,7 +17,7 @@ derive from :class:`StreamstoneError`.
 """
 
 from ._binary import join_binary, split_binary
-from ._config import RedactSecrets, TableConfig, redact
+from ._config import RedactSecrets, TableConfig, guard_url_logs, redact
 from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -36,11 +36,14 @@ from ._model import (
     is_stream_row_key,
 )
 from ._partition import Partition, check_key, key_order
+from ._protocol import Row, TableOperation
 from ._retry import RetryPolicy
 from ._scan import ScannedStream
 from ._shard import Shard
 from ._stream import Stream
+from ._tables import query_rows, read_row, submit
 from ._values import PropertyValue
+from ._wire import WireTableClient
 
 __all__ = [
     "ConcurrencyConflictError",
@@ -53,6 +56,7 @@ __all__ = [
     "RecordedEvent",
     "RedactSecrets",
     "RetryPolicy",
+    "Row",
     "ScannedStream",
     "Shard",
     "Stream",
@@ -61,14 +65,21 @@ __all__ = [
     "StreamSlice",
     "StreamstoneError",
     "TableConfig",
+    "TableOperation",
+    "WireTableClient",
     "WriteResult",
     "check_key",
     "check_row",
     "is_stream_row_key",
     "join_binary",
     "key_order",
+    "query_rows",
+    "read_row",
     "redact",
     "split_binary",
+    "submit",
 ]
 
 __version__ = "0.1.0"
+
+guard_url_logs()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from azure.core.exceptions import AzureError
 
 from ._errors import ConcurrencyConflictError, StreamBeingDeletedError
+from ._faults import retry_after
 from ._partition import Partition
 from ._protocol import Steps, pause
 from ._retry import is_ambiguous
@@ -85,7 +86,7 @@ def attempt(
             if outcome is NOT_APPLIED:
                 if tries >= partition.retry.attempts:
                     raise exc
-                yield from pause(tries)
+                yield from pause(tries, retry_after(exc))
                 continue
             return outcome
 

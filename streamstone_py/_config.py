@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from azure.core.credentials import AzureSasCredential
@@ -53,6 +53,23 @@ class RedactSecrets(logging.Filter):
         if masked != message:
             record.msg, record.args = masked, None
         return True
+
+
+#: Loggers that write a request's URL, a SAS token's signature with it, on
+#: their own: urllib3 logs each request line at DEBUG, for the SDK's clients
+#: and the wire runner's alike.
+_URL_LOGGERS: Final = ("urllib3.connectionpool",)
+
+
+def guard_url_logs() -> None:
+    """Mask secrets in the records of the loggers that write request URLs, at
+    the logger itself, so that no handler (``logging.basicConfig(level=DEBUG)``
+    included) ever gets a SAS signature. A record is only made, and so only
+    filtered, when its logger is enabled for its level."""
+    for name in _URL_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactSecrets) for f in logger.filters):
+            logger.addFilter(RedactSecrets())
 
 
 def environment_once(url: str) -> dict[str, Any]:

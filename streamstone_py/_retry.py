@@ -39,6 +39,8 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
+from ._faults import retry_after
+
 __all__ = [
     "TRANSPORT_ERRORS",
     "RetryPolicy",
@@ -224,7 +226,9 @@ class RetryPolicy:
         )
 
     def wait(self) -> tenacity.wait.wait_base:
-        return tenacity.wait_random_exponential(multiplier=self.initial_delay, max=self.max_delay)
+        """Backoff with full jitter, and at least what the service asked
+        (``Retry-After`` of a 429 or 503), within the call's total time."""
+        return _Wait(self)
 
     def deadline(self) -> float:
         """When a call that starts now must be over (``time.monotonic()`` clock)."""
@@ -235,6 +239,24 @@ class RetryPolicy:
         state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
         state.attempt_number = attempt
         return float(self.wait()(state))
+
+
+class _Wait(tenacity.wait.wait_base):
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.backoff = tenacity.wait_random_exponential(
+            multiplier=policy.initial_delay, max=policy.max_delay
+        )
+        self.total = policy.total_time
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        seconds = float(self.backoff(retry_state))
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None else None
+        asked = retry_after(error) if error is not None else None
+        if asked is not None:
+            left = self.total - (retry_state.seconds_since_start or 0.0)
+            seconds = max(seconds, min(asked, max(left, 0.0)))
+        return seconds
 
 
 #: The policy of partitions that do not name one.

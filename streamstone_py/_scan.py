@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from azure.data.tables import TableClient
 
 from ._partition import Partition
-from ._protocol import Row
-from ._retry import RetryPolicy
+from ._protocol import QueryPage, Row, query_page
+from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._rows import is_deleted, stream_from_row
+from ._runner import performer, run
 from ._values import DELETED
 
 if TYPE_CHECKING:
@@ -36,16 +37,28 @@ class ScannedStream:
     updated: datetime
 
 
-def _query(
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What the runner needs to perform a scan's requests: a client and a policy."""
+
+    table: object
+    retry: RetryPolicy
+
+
+def _pages(
     table: TableClient,
     stream_name: str | None,
     start_key: str | None,
     end_key: str | None,
     page_size: int,
-    select: list[str] | None,
-) -> Iterator[Any]:
-    if not isinstance(table, TableClient):
-        raise TypeError(f"table must be an azure.data.tables.TableClient, got {table!r}")
+    select: tuple[str, ...] | None,
+    retry: RetryPolicy,
+) -> Iterator[list[Row]]:
+    if performer(table) is None:
+        raise TypeError(
+            "table must be an azure.data.tables.TableClient or a streamstone_py.WireTableClient, "
+            f"got {table!r}"
+        )
     if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= 1000:
         raise ValueError(f"page_size must be an int from 1 to 1000, got {page_size!r}")
     for name, key in (("start_key", start_key), ("end_key", end_key)):
@@ -60,14 +73,14 @@ def _query(
     if end_key is not None:
         clauses.append("PartitionKey lt @end")
         parameters["end"] = end_key
-    return iter(
-        table.query_entities(
-            " and ".join(clauses),
-            parameters=parameters,
-            results_per_page=page_size,
-            select=select,
-        )
-    )
+    target = _Target(table, retry)
+    continuation = None
+    while True:
+        request = QueryPage(" and ".join(clauses), parameters, page_size, select, continuation)
+        rows, continuation = run(target, query_page(request))
+        yield rows
+        if continuation is None:
+            return
 
 
 def scan(
@@ -79,15 +92,15 @@ def scan(
     retry: RetryPolicy,
     header_type: type[Stream],
 ) -> Iterator[ScannedStream]:
-    for entity in _query(table, stream_name, start_key, end_key, page_size, None):
-        row = Row(dict(entity), str(entity.metadata["etag"]))
-        if is_deleted(row):
-            continue  # a delete in progress: the stream is gone for readers
-        partition = Partition(table, str(entity["PartitionKey"]), stream_name, retry=retry)
-        stream = stream_from_row(partition, row, header_type)
-        stamp = entity.metadata["timestamp"]  # the SDK's datetime subclass: a plain one
-        updated = datetime.fromtimestamp(stamp.timestamp(), stamp.tzinfo)
-        yield ScannedStream(stream, updated)
+    for page in _pages(table, stream_name, start_key, end_key, page_size, None, retry):
+        for row in page:
+            if is_deleted(row):
+                continue  # a delete in progress: the stream is gone for readers
+            key = str(row.properties["PartitionKey"])
+            partition = Partition(table, key, stream_name, retry=retry)
+            stream = stream_from_row(partition, row, header_type)
+            assert row.timestamp is not None, "the service sets every row's Timestamp"
+            yield ScannedStream(stream, row.timestamp)
 
 
 def scan_keys(
@@ -96,8 +109,10 @@ def scan_keys(
     start_key: str | None,
     end_key: str | None,
     page_size: int,
+    retry: RetryPolicy = DEFAULT_POLICY,
 ) -> Iterator[str]:
-    selected = ["PartitionKey", DELETED]
-    for entity in _query(table, stream_name, start_key, end_key, page_size, selected):
-        if not entity.get(DELETED):
-            yield str(entity["PartitionKey"])
+    selected = ("PartitionKey", DELETED)
+    for page in _pages(table, stream_name, start_key, end_key, page_size, selected, retry):
+        for row in page:
+            if not row.properties.get(DELETED):
+                yield str(row.properties["PartitionKey"])

@@ -20,95 +20,48 @@ The async client needs ``aiohttp``, a dependency of this package.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar, cast
 
 import tenacity
-from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core.exceptions import AzureError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from . import _headers, _maintenance, _plan, _reads, _writes
+from . import _headers, _maintenance, _plan, _reads, _sdk, _writes
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
-from ._protocol import (
-    CreateEntity,
-    Done,
-    GetEntity,
-    Parallel,
-    Pause,
-    QueryEntities,
-    Request,
-    Row,
-    Steps,
-    SubmitTransaction,
-    TableOperation,
-    UpdateEntity,
-    _table_missing,
-    advance,
-    call_options,
-    query_args,
-    require_client,
-    retry_args,
-    sdk_operation,
-)
-from ._retry import DEFAULT_POLICY, RetryPolicy, raise_as_storage_error
+from ._protocol import Done, Parallel, Pause, Request, Steps, advance, pause_seconds, retry_args
+from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._stream import Stream as StreamHeader
 from ._values import PropertyValue
+from ._wire_aio import AsyncWireTableClient
 
-__all__ = ["Stream", "run"]
+__all__ = ["AsyncWireTableClient", "Stream", "performer", "run"]
 
 T = TypeVar("T")
 
 
-async def _execute(
-    table: AsyncTableClient, request: Request, deadline: float | None = None
-) -> object:
-    try:
-        return await _send(table, request, call_options(deadline))
-    except Exception as exc:
-        raise_as_storage_error(exc)
+def performer(
+    table: object,
+) -> Callable[[Request, float | None], Coroutine[Any, Any, object]] | None:
+    """How ``table`` performs a request (None: it is no async client)."""
+    if isinstance(table, AsyncWireTableClient):
+        return table.perform
+    if isinstance(table, AsyncTableClient):
+        client = table
 
+        async def perform(request: Request, deadline: float | None) -> object:
+            return await _sdk.perform_async(client, request, deadline)
 
-async def _send(table: AsyncTableClient, request: Request, options: dict[str, Any]) -> object:
-    match request:
-        case GetEntity(partition_key, row_key):
-            try:
-                entity = await table.get_entity(partition_key, row_key, **options)
-            except ResourceNotFoundError as exc:
-                if _table_missing(exc):
-                    raise
-                return None
-            return Row(dict(entity), str(entity.metadata["etag"]))
-        case QueryEntities(filter=filter, limit=limit):
-            rows: list[Row] = []
-            async for entity in table.query_entities(filter, **query_args(request, options)):
-                if limit is not None and len(rows) >= limit:
-                    break
-                rows.append(Row(entity, str(entity.metadata["etag"])))
-            return rows
-        case CreateEntity(entity):
-            return str((await table.create_entity(entity, **options))["etag"])
-        case UpdateEntity(entity, etag):
-            # aiohttp sends an idempotent method (PUT) again by itself when the
-            # connection drops, even after the server applied it; a conditional
-            # replace then meets its own change (412). As a one-operation
-            # transaction (POST) it is never re-sent below the engine, which
-            # resolves a lost answer by reading instead.
-            operation = TableOperation("update_replace", entity, etag)
-            results = await table.submit_transaction([sdk_operation(operation)], **options)
-            return str(results[0]["etag"])
-        case SubmitTransaction(operations):
-            results = await table.submit_transaction(
-                [sdk_operation(op) for op in operations], **options
-            )
-            return [r.get("etag") for r in results]
-    raise TypeError(f"unknown request {request!r}")
+        return perform  # a coroutine function: tenacity awaits only those
+    return None
 
 
 async def run(partition: object, steps: Steps[T]) -> T:
-    """Drive a verb to its outcome with the partition's async ``TableClient``."""
+    """Drive a verb to its outcome with the partition's async client."""
     table = getattr(partition, "table", None)
     policy: RetryPolicy = getattr(partition, "retry", DEFAULT_POLICY)
+    perform = performer(table)
     result: object = None
     error: AzureError | None = None
     while True:
@@ -116,18 +69,21 @@ async def run(partition: object, steps: Steps[T]) -> T:
             request = advance(steps, result, error)
         except Done as done:
             return cast(T, done.value)
-        client = require_client(
-            table, AsyncTableClient, "azure.data.tables.aio.TableClient",
-            "streamstone_py.Stream with the sync client", steps,
-        )  # fmt: skip
+        if perform is None:
+            steps.close()
+            raise TypeError(
+                "the partition's table must be an azure.data.tables.aio.TableClient or a "
+                f"streamstone_py.aio.AsyncWireTableClient, got {type(table).__name__} "
+                "(use streamstone_py.Stream with a sync client)"
+            )
         result, error = None, None
         if isinstance(request, Pause):
-            await asyncio.sleep(policy.delay(request.attempt))
+            await asyncio.sleep(pause_seconds(policy, request))
             continue
 
-        async def call(request: Request, client: AsyncTableClient = client) -> object:
+        async def call(request: Request, perform: Any = perform) -> object:
             retrying = tenacity.AsyncRetrying(**retry_args(policy, request))
-            return await retrying(_execute, client, request, policy.deadline())
+            return await retrying(perform, request, policy.deadline())
 
         try:
             if isinstance(request, Parallel):

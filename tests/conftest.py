@@ -1,7 +1,8 @@
 """Shared fixtures: one Azurite for the whole run, a fresh partition per test.
 
-``partition`` is parametrised over the sync and the async client, so every
-test that takes it runs against both (see ``tests/helpers.py``).
+``partition`` is parametrised over four clients, the SDK's and the wire
+runner's, each sync and async, so every test that takes it runs against all
+of them (see ``tests/helpers.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from azurite.launcher import account
 from handlers._outcome import StrategyName
-from streamstone_py import Partition
+from streamstone_py import Partition, WireTableClient
+from streamstone_py.aio import AsyncWireTableClient
 from tests.helpers import register_raw, wait
 
 
@@ -48,11 +50,32 @@ def async_table(connection_string: str, table: TableClient) -> Iterator[AsyncTab
     wait(client.close())
 
 
-@pytest.fixture(params=["sync", "async"])
-def client(request: pytest.FixtureRequest, table: TableClient) -> TableClient | AsyncTableClient:
-    if request.param == "async":
-        return cast(AsyncTableClient, request.getfixturevalue("async_table"))
-    return table
+@pytest.fixture(scope="session")
+def wire_table(connection_string: str, table: TableClient) -> Iterator[WireTableClient]:
+    client = WireTableClient.from_connection_string(connection_string, table.table_name)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def async_wire_table(connection_string: str, table: TableClient) -> Iterator[AsyncWireTableClient]:
+    client = AsyncWireTableClient.from_connection_string(connection_string, table.table_name)
+    yield client
+    wait(client.close())
+
+
+#: The four clients every behavioural test runs on: the SDK's and the wire's, sync and async.
+CLIENTS = {
+    "sync": "table",
+    "async": "async_table",
+    "wire": "wire_table",
+    "wire-async": "async_wire_table",
+}
+
+
+@pytest.fixture(params=list(CLIENTS))
+def client(request: pytest.FixtureRequest) -> TableClient | AsyncTableClient:
+    return cast(TableClient | AsyncTableClient, request.getfixturevalue(CLIENTS[request.param]))
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from streamstone_py import (
     Stream,
     StreamSlice,
     WriteResult,
+    _runner,
     aio,
 )
 from streamstone_py._values import from_table
@@ -108,6 +109,16 @@ class StreamVerbs(Protocol):
 
 
 S = cast(StreamVerbs, _Verbs())
+
+
+def perform(table: Any, request: Any) -> Any:
+    """One engine request on ``table``, with whichever runner its client takes."""
+    sync = _runner.performer(table)
+    if sync is not None:
+        return sync(request, None)
+    asynchronous = aio.performer(table)
+    assert asynchronous is not None, f"no runner takes {table!r}"
+    return wait(asynchronous(request, None))
 
 
 def rows(partition: Partition) -> dict[str, dict[str, Any]]:

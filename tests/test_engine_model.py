@@ -19,7 +19,8 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from azurite.proxy import Action, Proxy, Request
 from streamstone_py import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -47,12 +49,14 @@ from streamstone_py import (
     Stream,
     StreamBeingDeletedError,
     StreamNotFoundError,
+    WireTableClient,
     WriteResult,
     _maintenance,
 )
-from streamstone_py._protocol import Done, _execute, advance
+from streamstone_py._protocol import Done, advance
 from streamstone_py._values import from_table
 from tests.faults import FaultPlan, FaultyTransport
+from tests.helpers import perform
 
 E = TypeVar("E", bound=BaseException)
 
@@ -558,7 +562,7 @@ class EngineMachine(RuleBasedStateMachine):
             except Done:
                 finished = True
                 break
-            result = _execute(self.ctx.clean, request)
+            result = perform(self.ctx.clean, request)
         else:
             try:
                 advance(steps, result, None)
@@ -604,14 +608,55 @@ class EngineMachine(RuleBasedStateMachine):
             s.exists = False
 
 
-def run_machines(connection_string: str, table: TableClient, steps: int, examples: int) -> int:
+class _Seen:
+    """A request the proxy saw, as a fault plan matches it (method and URL)."""
+
+    def __init__(self, request: Request) -> None:
+        self.method = request.method
+        self.url = request.head.split(b" ", 2)[1].decode("latin-1")
+
+
+#: A plan's faults on a real socket: "before" and "lost" close the connection
+#: before the request is forwarded (nothing applied, and the client cannot
+#: know); "after" forwards it and drops the answer (applied).
+_ON_THE_WIRE: dict[str, Action] = {"before": "refuse", "lost": "refuse", "after": "drop"}
+
+
+@contextmanager
+def engine_client(
+    connection_string: str, table: TableClient, plan: FaultPlan, transport: str
+) -> Iterator[TableClient]:
+    """The machine's engine client: the SDK's with faults injected in its
+    transport, or the wire runner's behind a proxy that injects them."""
+    if transport == "sdk":
+        with TableClient.from_connection_string(
+            connection_string, table.table_name, transport=FaultyTransport(plan)
+        ) as client:
+            yield client
+        return
+    port = int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+
+    def decide(request: Request) -> Action:
+        fault = plan.take(_Seen(request))
+        if fault is None or fault.kind == "pass":
+            return "pass"
+        if fault.meanwhile is not None:
+            fault.meanwhile()
+        return _ON_THE_WIRE[fault.kind]
+
+    with Proxy(port) as proxy:
+        proxy.plan(decide)
+        through = proxy.endpoint_of(connection_string)
+        with WireTableClient.from_connection_string(through, table.table_name) as client:
+            yield client
+
+
+def run_machines(
+    connection_string: str, table: TableClient, steps: int, examples: int, transport: str = "sdk"
+) -> int:
     """Run machines until ``steps`` steps have passed (or ``examples`` examples); the steps run."""
     global CONTEXT
     plan = FaultPlan()
-    engine = TableClient.from_connection_string(
-        connection_string, table.table_name, transport=FaultyTransport(plan)
-    )
-    CONTEXT = Context(engine, table, plan)
     profile = settings(
         max_examples=examples,
         stateful_step_count=40,
@@ -621,22 +666,30 @@ def run_machines(connection_string: str, table: TableClient, steps: int, example
         suppress_health_check=list(HealthCheck),
     )
     started = time.monotonic()
-    try:
-        run_state_machine_as_test(EngineMachine, settings=profile)
-        while CONTEXT.steps < steps:
-            print(f"model: {CONTEXT.steps} steps, {time.monotonic() - started:.0f} s", flush=True)
+    with engine_client(connection_string, table, plan, transport) as engine:
+        CONTEXT = Context(engine, table, plan)
+        try:
+            # Each kind of fault is met: the plan records every one it injected.
             run_state_machine_as_test(EngineMachine, settings=profile)
-        return CONTEXT.steps
-    finally:
-        engine.close()
-        CONTEXT = None
+            while CONTEXT.steps < steps:
+                print(
+                    f"model: {CONTEXT.steps} steps, {time.monotonic() - started:.0f} s", flush=True
+                )
+                run_state_machine_as_test(EngineMachine, settings=profile)
+            kinds = {entry.split()[0] for entry in plan.injected}
+            assert kinds >= {"before", "after", "lost"}, f"faults met: {sorted(kinds)}"
+            return CONTEXT.steps
+        finally:
+            CONTEXT = None
 
 
 # The long run takes as long as it needs; the suite's stays well within the default.
 @pytest.mark.timeout(0 if LONG_STEPS else 300)
-def test_engine_matches_the_model(connection_string: str, table: TableClient) -> None:
+@pytest.mark.parametrize("transport", ["sdk", "wire"])
+def test_engine_matches_the_model(
+    connection_string: str, table: TableClient, transport: str
+) -> None:
     steps, examples = (LONG_STEPS, 100) if LONG_STEPS else (0, 25)
     started = time.monotonic()
-    ran = run_machines(connection_string, table, steps, examples)
-    print(f"model: {ran} steps in {time.monotonic() - started:.0f} s")
-    assert ran >= max(steps, 1)
+    ran = run_machines(connection_string, table, steps, examples, transport)
+    print(f"model ({transport}): {ran} steps in {time.monotonic() - started:.0f} s")

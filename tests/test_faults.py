@@ -32,10 +32,9 @@ from streamstone_py import (
     StreamBeingDeletedError,
     _maintenance,
 )
-from streamstone_py._protocol import _execute
 from streamstone_py._retry import is_ambiguous, is_transient
 from tests.faults import AsyncFaultyTransport, FaultPlan, FaultyTransport
-from tests.helpers import S, rows, wait
+from tests.helpers import S, perform, rows, wait
 
 FAST = RetryPolicy(attempts=4, initial_delay=0.005, max_delay=0.02, total_time=10)
 BATCH = ("POST", "$batch")
@@ -384,7 +383,7 @@ def test_write_without_answer_that_meets_a_tombstone_says_how_to_finish_the_dele
 
     def another_process_starts_a_delete_and_dies() -> None:
         steps = _maintenance.delete(Stream.open(clean), 100, Stream)
-        _execute(clean.table, next(steps))  # only the tombstone
+        perform(clean.table, next(steps))  # only the tombstone
         steps.close()
 
     plan.add("lost", *BATCH, meanwhile=another_process_starts_a_delete_and_dies)

@@ -7,7 +7,6 @@ from typing import Any, cast
 
 import pytest
 from azure.data.tables import TableClient
-from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from streamstone_py import (
     EventData,
@@ -16,10 +15,9 @@ from streamstone_py import (
     Stream,
     StreamNotFoundError,
     _reads,
-    aio,
 )
-from streamstone_py._protocol import Parallel, _execute
-from tests.helpers import S, raw, wait, write_events
+from streamstone_py._protocol import Parallel
+from tests.helpers import S, perform, raw, write_events
 
 
 @pytest.mark.parametrize(("start", "size"), [(0, 10), (-5, 10), (1, 0), (1, -1)])
@@ -111,20 +109,20 @@ def _read_with_a_write_between(
     # The sync executor drives the steps, so the partition holds a sync client.
     table = cast(TableClient, partition.table)
     if query_first:
-        rows = _execute(table, query)
+        rows = perform(table, query)
         rival()
-        header = _execute(table, get)
+        header = perform(table, get)
     else:
-        header = _execute(table, get)
+        header = perform(table, get)
         rival()
-        rows = _execute(table, query)
+        rows = perform(table, query)
     result: Any = [header, rows]
     while True:
         try:
             follow_up = steps.send(result)
         except StopIteration as done:
             return done.value
-        result = _execute(table, follow_up)
+        result = perform(table, follow_up)
 
 
 def test_events_committed_between_query_and_header_are_fetched(table: Any) -> None:
@@ -152,9 +150,7 @@ def _execute_with(partition: Partition, request: Any) -> Any:
     """One storage request through the partition's own client, sync or async."""
     if isinstance(request, Parallel):
         return [_execute_with(partition, r) for r in request.requests]
-    if isinstance(partition.table, AsyncTableClient):
-        return wait(aio._execute(partition.table, request))
-    return _execute(partition.table, request)
+    return perform(partition.table, request)
 
 
 def _finish(partition: Partition, steps: Any, result: Any) -> Any:

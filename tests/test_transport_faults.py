@@ -20,8 +20,9 @@ from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from azurite.proxy import Action, Proxy, Request
-from streamstone_py import EventData, Partition, RetryPolicy, Stream
-from tests.helpers import S, wait
+from streamstone_py import EventData, Partition, RetryPolicy, Stream, WireTableClient
+from streamstone_py.aio import AsyncWireTableClient
+from tests.helpers import S, register_raw, rows, wait
 
 FAST = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05, total_time=3.0)
 
@@ -36,7 +37,16 @@ def proxy(connection_string: str) -> Iterator[Proxy]:
         yield running
 
 
-@pytest.fixture(params=["sync", "async"])
+#: The clients of the behavioural suite, by the class that builds them from a connection string.
+CLIENT_CLASSES: dict[str, Any] = {
+    "sync": TableClient,
+    "async": AsyncTableClient,
+    "wire": WireTableClient,
+    "wire-async": AsyncWireTableClient,
+}
+
+
+@pytest.fixture(params=list(CLIENT_CLASSES))
 def via_proxy(
     request: pytest.FixtureRequest,
     connection_string: str,
@@ -45,15 +55,11 @@ def via_proxy(
 ) -> Iterator[Partition]:
     """A partition whose client talks to Azurite through the proxy."""
     name = "faults" + uuid.uuid4().hex[:8]
-    service.create_table(name)
+    register_raw(service.create_table(name))
     through = proxy.endpoint_of(connection_string)
-    client: Any
-    if request.param == "async":
-        client = AsyncTableClient.from_connection_string(through, name)
-    else:
-        client = TableClient.from_connection_string(through, name)
+    client: Any = CLIENT_CLASSES[request.param].from_connection_string(through, name)
     yield Partition(client, "k-" + uuid.uuid4().hex[:8], retry=FAST)
-    if request.param == "async":
+    if "async" in request.param:
         wait(client.close())
     else:
         client.close()
@@ -192,3 +198,50 @@ def first_write(action: Action) -> Any:
         return "pass"
 
     return decide
+
+
+# --- throttling: 503 with Retry-After ------------------------------------------------
+
+
+def test_a_throttled_write_waits_as_asked_and_is_applied_once(
+    via_proxy: Partition, proxy: Proxy
+) -> None:
+    throttled: list[Request] = []
+
+    def decide(request: Request) -> Action:
+        if request.method != "GET" and len(throttled) < 2:
+            throttled.append(request)
+            return "throttle"
+        return "pass"
+
+    proxy.plan(decide)
+    started = time.monotonic()
+
+    result = S.write(Stream(via_proxy), *events(3))
+
+    elapsed = time.monotonic() - started
+    assert result.stream.version == 3
+    assert elapsed >= 2 * proxy.retry_after, elapsed  # each 503 asked for a second
+    assert [e.id for e in S.read(via_proxy).events] == ["e1", "e2", "e3"]
+    assert sorted(rows(via_proxy)) == [
+        "SS-HEAD", "SS-SE-0000000001", "SS-SE-0000000002", "SS-SE-0000000003",
+        "SS-UID-e1", "SS-UID-e2", "SS-UID-e3",
+    ]  # fmt: skip
+    # Each 503 was answered by a read (nothing applied), then the write went again.
+    methods = [(r.method, action) for r, action in proxy.seen]
+    write = methods[0][0]
+    assert methods[:6] == [
+        (write, "throttle"), ("GET", "pass"), (write, "throttle"), ("GET", "pass"),
+        (write, "pass"), methods[5],
+    ]  # fmt: skip
+
+
+def test_a_throttled_read_waits_as_asked(via_proxy: Partition, proxy: Proxy) -> None:
+    S.write(Stream(via_proxy), *events(2))
+    proxy.plan(once("throttle", "GET"))
+    started = time.monotonic()
+
+    page = S.read(via_proxy, 1, 10)
+
+    assert [e.id for e in page.events] == ["e1", "e2"]
+    assert time.monotonic() - started >= proxy.retry_after

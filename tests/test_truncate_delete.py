@@ -20,8 +20,8 @@ from streamstone_py import (
     StreamNotFoundError,
     _maintenance,
 )
-from streamstone_py._protocol import Done, _execute, advance
-from tests.helpers import S, raw, rows, write_events
+from streamstone_py._protocol import Done, advance
+from tests.helpers import S, perform, raw, rows, write_events
 
 
 def crash_after(table: TableClient, steps: Any, requests: int) -> None:
@@ -32,7 +32,7 @@ def crash_after(table: TableClient, steps: Any, requests: int) -> None:
             request = advance(steps, result, None)
         except Done:
             pytest.fail("the verb finished before the crash point")
-        result = _execute(table, request)
+        result = perform(table, request)
     steps.close()
 
 
@@ -120,11 +120,11 @@ def test_truncate_arguments(partition: Partition) -> None:
     assert everything.first_version == 4
 
 
-def test_interrupted_truncation_is_finished_by_calling_again(table: TableClient) -> None:
-    partition = Partition(table, "trunc-crash")
+def test_interrupted_truncation_is_finished_by_calling_again(client: TableClient) -> None:
+    partition = Partition(client, "trunc-crash-" + uuid.uuid4().hex[:8])
     stream = write_events(partition, 12)
     # Header marked, then one query and one delete batch, then the process dies.
-    crash_after(table, _maintenance.truncate(stream, 11, 4), requests=3)
+    crash_after(client, _maintenance.truncate(stream, 11, 4), requests=3)
     assert S.open(partition).first_version == 11
     assert [e.version for e in S.read(partition).events] == [11, 12]  # readers see the cut at once
     assert len(rows(partition)) > 1 + 4
@@ -165,22 +165,22 @@ def test_delete_is_conditional_on_the_header(partition: Partition) -> None:
     assert rows(partition) == before
 
 
-def test_interrupted_delete_hides_the_stream_and_is_finished_later(table: TableClient) -> None:
-    partition = Partition(table, "delete-crash")
+def test_interrupted_delete_hides_the_stream_and_is_finished_later(client: TableClient) -> None:
+    partition = Partition(client, "delete-crash-" + uuid.uuid4().hex[:8])
     stale = write_events(partition, 30)
     # The tombstone, one query and one delete batch, then the process dies.
-    crash_after(table, _maintenance.delete(stale, 10, Stream), requests=3)
+    crash_after(client, _maintenance.delete(stale, 10, Stream), requests=3)
 
-    assert Stream.try_open(partition) is None
+    assert S.try_open(partition) is None
     with pytest.raises(StreamNotFoundError):
-        Stream.read(partition)
+        S.read(partition)
     with pytest.raises(ConcurrencyConflictError):
-        Stream.write(stale, EventData(id="late"))
+        S.write(stale, EventData(id="late"))
     with pytest.raises(ConcurrencyConflictError):
-        Stream.provision(partition)
+        S.provision(partition)
     assert "SS-HEAD" in rows(partition)
 
-    Stream.delete(stale)  # any header of the stream finishes the delete
+    S.delete(stale)  # any header of the stream finishes the delete
 
     assert rows(partition) == {}
 

@@ -1,0 +1,89 @@
+"""The sync runner: drives a verb to its outcome, performing each request with
+the partition's client, on the wire (``WireTableClient``) or through the
+SDK (``TableClient``), and retrying by the partition's policy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, cast
+
+import tenacity
+from azure.core.exceptions import AzureError
+from azure.data.tables import TableClient
+
+from . import _sdk
+from ._protocol import (
+    Done,
+    Parallel,
+    Pause,
+    Request,
+    Steps,
+    advance,
+    pause_seconds,
+    retry_args,
+)
+from ._retry import DEFAULT_POLICY, RetryPolicy
+from ._wire import WireTableClient
+
+__all__ = ["performer", "run"]
+
+T = TypeVar("T")
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    """Threads for the sync clients' parallel reads (the header beside the events)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="streamstone")
+    return _pool
+
+
+def performer(table: object) -> Callable[[Request, float | None], object] | None:
+    """How ``table`` performs a request (None: it is no sync client)."""
+    if isinstance(table, WireTableClient):
+        return table.perform
+    if isinstance(table, TableClient):
+        return lambda request, deadline: _sdk.perform(table, request, deadline)
+    return None
+
+
+def run(partition: object, steps: Steps[T]) -> T:
+    """Drive a verb to its outcome with the partition's sync client."""
+    table = getattr(partition, "table", None)
+    policy: RetryPolicy = getattr(partition, "retry", DEFAULT_POLICY)
+    perform = performer(table)
+    result: object = None
+    error: AzureError | None = None
+    while True:
+        try:
+            request = advance(steps, result, error)
+        except Done as done:
+            return cast(T, done.value)
+        if perform is None:
+            steps.close()
+            raise TypeError(
+                "the partition's table must be an azure.data.tables.TableClient or a "
+                f"streamstone_py.WireTableClient, got {type(table).__name__} "
+                "(use streamstone_py.aio with an async client)"
+            )
+        result, error = None, None
+        if isinstance(request, Pause):
+            time.sleep(pause_seconds(policy, request))
+            continue
+
+        def call(request: Request, perform: Any = perform) -> object:
+            retrying = tenacity.Retrying(**retry_args(policy, request))
+            return retrying(perform, request, policy.deadline())
+
+        try:
+            if isinstance(request, Parallel):
+                futures = [_threads().submit(call, r) for r in request.requests]
+                result = [future.result() for future in futures]
+            else:
+                result = call(request)
+        except AzureError as exc:
+            error = exc

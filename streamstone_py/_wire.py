@@ -1,0 +1,155 @@
+"""The sync wire runner's client: a ``TableClient`` whose streamstone requests
+travel over HTTP/1.1 with urllib3, spoken by the engine itself.
+
+Everything else a ``TableClient`` does (creating and deleting the table, the
+SDK's own entity methods) stays the SDK's: it is one, so code and tests that
+hold a ``TableClient`` keep working. Only the engine's requests, and the
+handlers' and publishers' through the engine, take the wire.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.utils import formatdate
+from typing import Any, Final, Self, cast
+from urllib.parse import urlsplit
+
+import urllib3
+from azure.data.tables import TableClient
+
+from ._auth import Auth, Bearer, auth_of
+from ._exchange import Answer, HttpCall, Service, exchange
+from ._protocol import Request, time_left
+from ._retry import raise_as_storage_error
+
+__all__ = ["DEFAULT_POOL_SIZE", "WireSetup", "WireTableClient", "user_agent"]
+
+#: Connections kept per host: enough for a task's keys in flight, each with a
+#: header read beside its events.
+DEFAULT_POOL_SIZE: Final = 32
+
+
+def user_agent() -> str:
+    from . import __version__
+
+    return f"streamstone-py/{__version__} Python/{platform.python_version()} ({platform.system()})"
+
+
+@dataclass(frozen=True, slots=True)
+class WireSetup:
+    """What a wire client (sync or async) takes from how it was built."""
+
+    service: Service
+    auth: Auth
+    agent: str
+    hook: Callable[[Any], None] | None
+    proxy: str | None
+    verify: bool | str
+
+    @classmethod
+    def of(
+        cls, endpoint: str, table_name: str, credential: object, options: Mapping[str, Any]
+    ) -> WireSetup:
+        parts = urlsplit(endpoint)
+        auth = auth_of(credential, parts.query)
+        if isinstance(auth, Bearer) and parts.scheme != "https":
+            raise ValueError(
+                f"a bearer token is only sent over HTTPS; the endpoint is {parts.scheme}://"
+                f"{parts.netloc}"
+            )
+        base = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
+        verify = options.get("connection_verify", True)
+        return cls(
+            Service(base, table_name, auth.query),
+            auth,
+            user_agent(),
+            options.get("raw_request_hook"),
+            (options.get("proxies") or {}).get(parts.scheme),
+            verify if isinstance(verify, bool | str) else True,
+        )
+
+
+class WireTableClient(TableClient):
+    """A table client whose streamstone requests travel on the wire.
+
+    Build it as a ``TableClient``: ``WireTableClient(endpoint, table_name,
+    credential=...)`` or ``WireTableClient.from_connection_string(...)``;
+    ``TableConfig(..., transport="wire").table_client()`` builds one from the
+    environment. Credentials: an account key, a SAS token, or a
+    ``TokenCredential``. ``connection_pool_size`` bounds the connections kept
+    to the account (size it for the keys in flight); ``proxies`` and
+    ``connection_verify`` are the SDK's options of the same names, and
+    ``raw_request_hook`` is called with each wire request too.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        table_name: str,
+        *,
+        credential: Any = None,
+        connection_pool_size: int = DEFAULT_POOL_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(endpoint, table_name, credential=credential, **kwargs)
+        self._wire = setup = WireSetup.of(endpoint, table_name, credential, kwargs)
+        options: dict[str, Any] = {"maxsize": connection_pool_size, "block": False}
+        if setup.verify is False:
+            options["cert_reqs"] = "CERT_NONE"
+        elif isinstance(setup.verify, str):
+            options["ca_certs"] = setup.verify
+        self._http: urllib3.PoolManager = (
+            urllib3.ProxyManager(setup.proxy, **options)
+            if setup.proxy
+            else urllib3.PoolManager(**options)
+        )
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, table_name: str, **kwargs: Any) -> Self:
+        """As ``TableClient.from_connection_string``: an account key or a SAS token."""
+        return cast(Self, super().from_connection_string(conn_str, table_name, **kwargs))
+
+    def perform(self, request: Request, deadline: float | None = None) -> object:
+        """Perform one of the engine's requests; see :mod:`streamstone_py._exchange`."""
+        steps = exchange(self._wire.service, request, update_as_transaction=False)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(self._send(call, deadline))
+        except StopIteration as stop:
+            return stop.value
+        except Exception as exc:
+            raise_as_storage_error(exc)
+
+    def _send(self, call: HttpCall, deadline: float | None) -> Answer:
+        setup = self._wire
+        date = formatdate(usegmt=True)
+        headers = call.headers
+        headers["x-ms-date"] = date
+        headers["User-Agent"] = setup.agent
+        authorization = setup.auth.header(call.method, call.resource, call.content_type, date)
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        if setup.hook is not None:
+            setup.hook(call)
+        left = time_left(deadline)
+        response = self._http.request(
+            call.method,
+            call.url,
+            body=call.body,
+            headers=headers,
+            timeout=urllib3.Timeout(connect=left, read=left),
+            retries=False,
+            redirect=False,
+        )
+        return Answer(response.status, response.reason or "", response.headers, response.data)
+
+    def close(self) -> None:
+        self._http.clear()
+        super().close()
+
+    def __exit__(self, *args: Any) -> None:
+        self._http.clear()
+        super().__exit__(*args)

@@ -1,0 +1,116 @@
+"""The async wire runner's client: an ``aio.TableClient`` whose streamstone
+requests travel over HTTP/1.1 with aiohttp, spoken by the engine itself.
+
+As its sync sibling, it is a full SDK client for everything else. Its
+aiohttp session is its own, opened on first use in the running loop. A
+conditional replace goes as a one-operation ``$batch``: aiohttp sends an
+idempotent method again by itself when a kept-alive connection drops, even
+after the server applied it, and the engine must resolve such a write by
+reading, never have it re-sent blind.
+"""
+
+from __future__ import annotations
+
+import ssl
+from email.utils import formatdate
+from typing import Any, Self, cast
+
+import aiohttp
+import yarl
+from azure.core.exceptions import ServiceResponseError
+from azure.data.tables.aio import TableClient as AsyncTableClient
+
+from ._exchange import Answer, HttpCall, exchange
+from ._protocol import Request, time_left
+from ._retry import raise_as_storage_error
+from ._wire import DEFAULT_POOL_SIZE, WireSetup
+
+__all__ = ["AsyncWireTableClient"]
+
+
+class AsyncWireTableClient(AsyncTableClient):
+    """The async twin of :class:`streamstone_py.WireTableClient`, for
+    :mod:`streamstone_py.aio`; built the same way, with the same options."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        table_name: str,
+        *,
+        credential: Any = None,
+        connection_pool_size: int = DEFAULT_POOL_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(endpoint, table_name, credential=credential, **kwargs)
+        self._wire = setup = WireSetup.of(endpoint, table_name, credential, kwargs)
+        self._pool_size = connection_pool_size
+        self._ssl: ssl.SSLContext | bool = True
+        if setup.verify is False:
+            self._ssl = False
+        elif isinstance(setup.verify, str):
+            self._ssl = ssl.create_default_context(cafile=setup.verify)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False, trust_env=False
+            )
+        return self._session
+
+    @classmethod
+    def from_connection_string(cls, conn_str: str, table_name: str, **kwargs: Any) -> Self:
+        """As ``TableClient.from_connection_string``: an account key or a SAS token."""
+        return cast(Self, super().from_connection_string(conn_str, table_name, **kwargs))
+
+    async def perform(self, request: Request, deadline: float | None = None) -> object:
+        """Perform one of the engine's requests; see :mod:`streamstone_py._exchange`."""
+        steps = exchange(self._wire.service, request, update_as_transaction=True)
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(await self._send(call, deadline))
+        except StopIteration as stop:
+            return stop.value
+        except TimeoutError as exc:  # a read that outlived its time: the request went out
+            raise ServiceResponseError(f"no answer in time: {exc!r}", error=exc) from exc
+        except Exception as exc:
+            raise_as_storage_error(exc)
+
+    async def _send(self, call: HttpCall, deadline: float | None) -> Answer:
+        setup = self._wire
+        date = formatdate(usegmt=True)
+        headers = call.headers
+        headers["x-ms-date"] = date
+        headers["User-Agent"] = setup.agent
+        authorization = await setup.auth.header_async(
+            call.method, call.resource, call.content_type, date
+        )
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        if setup.hook is not None:
+            setup.hook(call)
+        left = time_left(deadline)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=left, sock_read=left)
+        async with self._open().request(
+            call.method,
+            yarl.URL(call.url, encoded=True),  # as signed: not quoted again
+            data=call.body,
+            headers=headers,
+            timeout=timeout,
+            proxy=self._wire.proxy,
+            allow_redirects=False,
+        ) as response:
+            data = await response.read()
+            return Answer(response.status, response.reason or "", response.headers, data)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        await super().close()
+
+    async def __aexit__(self, *args: Any) -> None:
+        if self._session is not None:
+            await self._session.close()
+        await super().__aexit__(*args)
