@@ -167,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         help="store new states and outbox outputs compressed (default: as they are; "
         "either form reads back)",
     )
+    run.add_argument(
+        "--transport",
+        choices=["wire", "sdk"],
+        default="wire",
+        help="how storage requests travel: spoken by the engine over HTTP, or through "
+        "azure-data-tables (the reference)",
+    )
     run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
     run.add_argument(
         "--master",
@@ -263,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         retain_at_least=args.retain_at_least,
         compression=args.compression,
         sent_at=args.sent_at,
+        transport=args.transport,
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)

@@ -10,7 +10,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
@@ -97,16 +97,22 @@ _requests = _RequestCount()
 _cache = HeaderCache()
 
 
-def table_client(table: str) -> TableClient:
-    """This worker's client for ``table``, made once from the worker's environment."""
-    config = TableConfig.from_env(table_name=table)
+def table_client(
+    table: str, transport: Literal["wire", "sdk"] = "wire", concurrency: int = 8
+) -> TableClient:
+    """This worker's client for ``table``, made once from the worker's
+    environment; its connections sized for ``concurrency`` keys in flight."""
+    config = TableConfig.from_env(table_name=table, transport=transport)
     with _lock:
         client = _clients.get(config)
         if client is None:
-            client = config.table_client(raw_request_hook=_requests)
+            # Each key in flight may read a header beside its events: two each,
+            # and never fewer than the wire client's own default.
+            pool = max(32, 2 * concurrency)
+            client = config.table_client(raw_request_hook=_requests, connection_pool_size=pool)
             # Which build a worker runs, for an operator reading executor logs.
-            _log.info("worker %d: table client for %r (spark_driver at %s)",
-                      os.getpid(), table, __file__)  # fmt: skip
+            _log.info("worker %d: %s table client for %r (spark_driver at %s)",
+                      os.getpid(), transport, table, __file__)  # fmt: skip
             _clients[config] = client
         return client
 
@@ -134,7 +140,7 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         configure_logging(settings.log_level)
     return Processor(
         resolve_handler(settings.handler),
-        table_client(settings.table),
+        table_client(settings.table, settings.transport, settings.concurrency),
         InMemoryPublisher(),  # the outputs DataFrame is the publication
         strategy=settings.strategy,
         max_attempts=settings.max_attempts,

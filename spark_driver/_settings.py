@@ -79,6 +79,9 @@ class JobSettings:
     #: message sent before what retention removed is refused as late and
     #: dead-lettered, never applied again; a row without a time is dead-lettered.
     sent_at: str | None = None
+    #: How the executors' storage requests travel: ``"wire"`` (spoken by the
+    #: engine, the default) or ``"sdk"`` (azure-data-tables' own, the reference).
+    transport: Literal["wire", "sdk"] = "wire"
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -109,6 +112,8 @@ class JobSettings:
             raise ValueError(f"retain_at_least must be an int >= 1, got {self.retain_at_least!r}")
         if self.compression not in (None, "zlib"):
             raise ValueError(f"compression must be None or 'zlib', got {self.compression!r}")
+        if self.transport not in ("wire", "sdk"):
+            raise ValueError(f"transport must be 'wire' or 'sdk', got {self.transport!r}")
         if self.sent_at is not None and (not isinstance(self.sent_at, str) or not self.sent_at):
             raise ValueError(f"sent_at must be a column name, got {self.sent_at!r}")
 

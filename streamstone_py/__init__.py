@@ -17,7 +17,7 @@ derive from :class:`StreamstoneError`.
 """
 
 from ._binary import join_binary, split_binary
-from ._config import RedactSecrets, TableConfig, guard_url_logs, redact
+from ._config import RedactSecrets, TableConfig, Transport, guard_url_logs, redact
 from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -66,6 +66,7 @@ __all__ = [
     "StreamstoneError",
     "TableConfig",
     "TableOperation",
+    "Transport",
     "WireTableClient",
     "WriteResult",
     "check_key",

@@ -14,7 +14,13 @@ from azure.core.credentials import AzureSasCredential
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-__all__ = ["TableConfig"]
+from ._wire import WireTableClient
+from ._wire_aio import AsyncWireTableClient
+
+__all__ = ["TableConfig", "Transport"]
+
+#: How the engine's requests travel: spoken by the engine, or through the SDK.
+Transport = Literal["wire", "sdk"]
 
 _Client = TypeVar("_Client", TableClient, AsyncTableClient)
 
@@ -122,6 +128,10 @@ class TableConfig:
     connection_string: str | None = field(default=None, repr=False)
     account_url: str | None = None
     sas_token: str | None = field(default=None, repr=False)
+    #: How the engine's requests travel: ``"wire"`` (the default:
+    #: :class:`WireTableClient`, HTTP spoken by the engine) or ``"sdk"``
+    #: (azure-data-tables' own requests, the reference).
+    transport: Transport = "wire"
 
     def __post_init__(self) -> None:
         if not isinstance(self.table_name, str) or not re.fullmatch(
@@ -131,6 +141,8 @@ class TableConfig:
                 f"table name {self.table_name!r} is not valid: 3 to 63 letters and digits, "
                 "starting with a letter"
             )
+        if self.transport not in ("wire", "sdk"):
+            raise ValueError(f"transport must be 'wire' or 'sdk', got {self.transport!r}")
         if self.sas_token and not self.account_url:
             raise ValueError("sas_token needs account_url")
         if self.connection_string and self.account_url:
@@ -154,13 +166,20 @@ class TableConfig:
 
     def __repr__(self) -> str:
         where = f", account_url={_public_url(self.account_url)!r}" if self.account_url else ""
-        return f"TableConfig(table_name={self.table_name!r}, mode={self.mode!r}{where})"
+        return (
+            f"TableConfig(table_name={self.table_name!r}, mode={self.mode!r}{where}, "
+            f"transport={self.transport!r})"
+        )
 
     __str__ = __repr__
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str] | None = None, *, table_name: str | None = None
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        table_name: str | None = None,
+        transport: Transport | None = None,
     ) -> TableConfig:
         env = os.environ if environ is None else environ
         name = table_name or env.get("STREAMSTONE_TABLE")
@@ -171,6 +190,7 @@ class TableConfig:
             connection_string=env.get("STREAMSTONE_CONNECTION_STRING") or None,
             account_url=env.get("STREAMSTONE_ACCOUNT_URL") or None,
             sas_token=env.get("STREAMSTONE_SAS_TOKEN") or None,
+            transport=transport or env.get("STREAMSTONE_TRANSPORT") or "wire",  # type: ignore[arg-type]
         )
 
     def _from_connection_string(self, client: type[_Client], **options: Any) -> _Client:
@@ -185,39 +205,46 @@ class TableConfig:
             ) from None
 
     def table_client(self, **client_options: Any) -> TableClient:
-        """A sync ``TableClient`` for this table (the table itself is not created).
+        """A sync client for this table (the table itself is not created): a
+        :class:`WireTableClient` (``transport="wire"``), else the SDK's
+        ``TableClient``; either is a ``TableClient``.
 
         Its transport reads the environment's proxy and CA bundle settings once,
         here, rather than on every request as ``requests`` does by default
-        (see :func:`environment_once`). ``client_options`` go to the SDK's
-        client as they are, e.g. ``raw_request_hook`` or ``retry_total``.
+        (see :func:`environment_once`). ``client_options`` go to the client as
+        they are, e.g. ``raw_request_hook``, or ``connection_pool_size`` for
+        the wire (size it for the keys in flight).
         """
+        kind: type[TableClient] = WireTableClient if self.transport == "wire" else TableClient
+        if self.transport == "sdk":
+            client_options.pop("connection_pool_size", None)
         if self.connection_string:
             url = self._from_connection_string(TableClient).url
             options = {**environment_once(url), **client_options}
-            return self._from_connection_string(TableClient, **options)
+            return self._from_connection_string(kind, **options)
         assert self.account_url is not None
         options = {**environment_once(self.account_url), **client_options}
         if self.sas_token:
             credential = AzureSasCredential(self.sas_token)
-            return TableClient(self.account_url, self.table_name, credential=credential, **options)
+            return kind(self.account_url, self.table_name, credential=credential, **options)
         from azure.identity import DefaultAzureCredential
 
-        return TableClient(
+        return kind(
             self.account_url, self.table_name, credential=DefaultAzureCredential(), **options
         )
 
     def async_table_client(self) -> AsyncTableClient:
-        """An async ``TableClient`` for :mod:`streamstone_py.aio`."""
+        """An async client for :mod:`streamstone_py.aio`, of this configuration's transport."""
+        kind: type[AsyncTableClient] = (
+            AsyncWireTableClient if self.transport == "wire" else AsyncTableClient
+        )
         if self.connection_string:
-            return self._from_connection_string(AsyncTableClient)
+            return self._from_connection_string(kind)
         assert self.account_url is not None
         if self.sas_token:
-            return AsyncTableClient(
+            return kind(
                 self.account_url, self.table_name, credential=AzureSasCredential(self.sas_token)
             )
         from azure.identity.aio import DefaultAzureCredential
 
-        return AsyncTableClient(
-            self.account_url, self.table_name, credential=DefaultAzureCredential()
-        )
+        return kind(self.account_url, self.table_name, credential=DefaultAzureCredential())

@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         default=3600.0,
         help="most seconds of settling after the last new message; then the run stops",
     )
+    parser.add_argument(
+        "--transport",
+        choices=["wire", "sdk", "mixed"],
+        default="wire",
+        help="the workers' runner (mixed: wire on even workers, the SDK on odd ones)",
+    )
     args = parser.parse_args(argv)
     config = ChaosConfig(
         seed=args.seed,
@@ -58,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         long_max=args.long_max,
         retain_share=args.retain_share,
         max_failures=args.max_failures,
+        transport=args.transport,
         evolve_at=args.evolve_at,
         settle=args.settle,
     )

@@ -68,6 +68,14 @@ from .worker import WorkerConfig, work
 
 TABLE = "chaos"
 
+
+def _transport_of(choice: str, worker: int) -> str:
+    """A worker's runner: the run's choice, or by worker (even: wire) when "mixed"."""
+    if choice == "mixed":
+        return "wire" if worker % 2 == 0 else "sdk"
+    return choice
+
+
 #: Patient enough for an Azurite restart: the coordinator's own reads must not fail.
 PLAIN_RETRY = RetryPolicy(attempts=30, initial_delay=0.1, max_delay=1.0, total_time=90.0)
 
@@ -105,10 +113,14 @@ class ChaosConfig:
     retain_share: float = 0.05  # of dispatches: a retain instead of a chunk
     max_failures: int = 6  # own failures of one message before it is given up
     evolve_at: float | None = 0.5  # share of the run after which ledger_v2 processes
+    #: The workers' runner: "wire" (the default), "sdk", or "mixed" (by worker).
+    transport: str = "wire"
 
     def __post_init__(self) -> None:
         if self.threads < 0 or self.processes < 0 or self.threads + self.processes < 1:
             raise ValueError(f"need at least one worker, got {self.threads=} {self.processes=}")
+        if self.transport not in ("wire", "sdk", "mixed"):
+            raise ValueError(f"transport must be wire, sdk or mixed, got {self.transport!r}")
         if self.duration is not None and self.duration <= 0:
             raise ValueError(f"duration must be > 0 seconds, got {self.duration!r}")
         if self.messages < 1 or self.keys < 1 or self.max_copies < 1:
@@ -161,7 +173,7 @@ class Report:
         c = self.config
         rows = [
             ("seed", f"{c.seed}"),
-            ("workers", f"{c.threads} threads + {c.processes} processes"),
+            ("workers", f"{c.threads} threads + {c.processes} processes, {c.transport} runner"),
             ("elapsed", f"{self.elapsed:.1f} s"),
             ("messages (distinct)", f"{self.messages:,} over {2 * c.keys} keys"),
             ("copies in the log", f"{self.log_copies:,} (1 to {c.max_copies} per message)"),
@@ -353,6 +365,7 @@ class _Coordinator:
             publications=self.publications,
             rates=self.config.rates,
             hard_share=self.config.hard_share if handle.process else 0.0,
+            transport=_transport_of(self.config.transport, handle.worker),
         )
         inbox, handle.send = multiprocessing.Pipe(duplex=False)
         handle.recv, outbox = multiprocessing.Pipe(duplex=False)

@@ -21,11 +21,21 @@ from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
+import urllib3
 from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 from azure.data.tables import TableClient
 
 from handlers import Message, Publisher, StateStore
-from streamstone_py import EventData, Partition, RetryPolicy, Stream, StreamSlice, WriteResult
+from streamstone_py import (
+    EventData,
+    Partition,
+    RetryPolicy,
+    Stream,
+    StreamSlice,
+    WireTableClient,
+    WriteResult,
+)
+from streamstone_py._exchange import Answer, HttpCall
 
 from ..faults import DelegatingTransport
 
@@ -132,6 +142,29 @@ class ChaosTransport(DelegatingTransport):
             response.internal_response.close()  # Azurite answered, so it applied the request
             raise ServiceResponseError("injected: the response was lost")
         return response
+
+
+class ChaosWireTableClient(WireTableClient):
+    """The wire runner's client, failing as :class:`ChaosTransport` fails: its
+    HTTP requests go out for real, and the same faults strike around them as
+    the transports raise them (a connection reset; an answer lost after
+    Azurite applied the request)."""
+
+    def __init__(self, *args: Any, injector: Injector, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.injector = injector
+
+    def _send(self, call: HttpCall, deadline: float | None) -> Answer:
+        url = urlsplit(call.url)
+        site = f"{call.method} {url.path}?{url.query}"  # not the port: it differs per run
+        if self.injector.retaining:
+            self.injector.crash(CRASH_IN_RETAIN, site)
+        if self.injector.roll(CONNECTION_ERROR, site):
+            raise ConnectionResetError(104, "injected: connection failed before sending")
+        answer = super()._send(call, deadline)
+        if self.injector.roll(RESPONSE_DROPPED, site):  # Azurite answered: it applied it
+            raise urllib3.exceptions.ProtocolError("injected: the response was lost")
+        return answer
 
 
 #: The most rows one table transaction holds: a write of more is split.

@@ -31,7 +31,15 @@ from handlers._codec import unpack
 from handlers._outcome import StrategyName
 from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, join_binary
 
-from .injector import CRASH_IN_HANDLER, ChaosStore, ChaosTransport, Crash, FilePublisher, Injector
+from .injector import (
+    CRASH_IN_HANDLER,
+    ChaosStore,
+    ChaosTransport,
+    ChaosWireTableClient,
+    Crash,
+    FilePublisher,
+    Injector,
+)
 from .ledger import HANDLER, VERSIONS, hooks
 
 #: Short pauses: the faults are frequent, and an Azurite restart takes a second or two.
@@ -48,6 +56,7 @@ class WorkerConfig:
     publications: str  # directory
     rates: dict[str, float] = field(default_factory=dict)
     hard_share: float = 0.0  # share of crashes that exit the process (process workers)
+    transport: str = "wire"  # the engine's runner: "wire" or "sdk"
 
 
 def strategy_of(key: str) -> StrategyName:
@@ -91,6 +100,10 @@ class _Worker:
         self._fresh()
 
     def _client(self) -> TableClient:
+        if self.config.transport == "wire":
+            return ChaosWireTableClient.from_connection_string(
+                self.config.connection_string, self.config.table, injector=self.injector
+            )
         return TableClient.from_connection_string(
             self.config.connection_string,
             self.config.table,
