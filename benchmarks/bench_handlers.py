@@ -5,6 +5,11 @@
   the seed's replay (read the stream from the start until the message's own
   version). Then the growth of ours from the shortest to the longest stream
   (target: within 1.3x), beside the growth of the replay.
+- ``handlers.load_state.raw_read``: a hand-signed point read of the header
+  (no SDK, no engine) at each length, beside the shortest's; and
+  ``handlers.load_state.new.again``: the shortest stream's load_state again
+  once the longest is written, beside its first measurement. Together they
+  tell a step of the stream's length from one of Azurite's own.
 - ``handlers.process`` / ``handlers.process_batch`` / ``handlers.outbox``:
   messages per second and storage round trips (HTTP requests, counted at the
   transport) per message, for ``process`` one by one, ``process_batch`` with
@@ -29,7 +34,17 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from _common import CountingTransport, account, check, emit, entity_bytes, log, quick, timed
+from _common import (
+    CountingTransport,
+    account,
+    check,
+    emit,
+    entity_bytes,
+    log,
+    quick,
+    raw_get,
+    timed,
+)
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 
@@ -56,8 +71,10 @@ def bench_load_state(table: TableClient, lengths: list[int], repeats: int) -> No
     p = Processor(shooting_range, table, InMemoryPublisher())
     ours: dict[str, dict[int, list[float]]] = {"new": {}, "duplicate": {}}
     replay: dict[str, dict[int, list[float]]] = {"new": {}, "duplicate": {}}
+    keys: dict[int, str] = {}
+    raw: dict[int, list[float]] = {}
     for length in lengths:
-        key = f"len{length}-{uuid.uuid4().hex[:8]}"
+        key = keys[length] = f"len{length}-{uuid.uuid4().hex[:8]}"
         log(f"load_state: building a stream of {length} versions")
         messages = messages_for(key, length)
         for start in range(0, length, 2000):
@@ -78,7 +95,24 @@ def bench_load_state(table: TableClient, lengths: list[int], repeats: int) -> No
                 "replay of the stream (the seed's LoadState)", replay[kind][length],
                 {"versions": length},
             )  # fmt: skip
+        # One raw point read of the header (a hand-signed GET, no SDK, no engine):
+        # what the server's answer costs at this length, beside the shortest's.
+        raw[length] = median_ms(lambda k=key: raw_get(table, k, "ShootingRange|SS-HEAD"), repeats)
+        emit(
+            "handlers.load_state.raw_read", "ms", "lower", raw[length],
+            f"the same read at {lengths[0]} versions", raw[lengths[0]],
+            {"versions": length},
+        )  # fmt: skip
     shortest, longest = lengths[0], lengths[-1]
+    # Is a step the stream's length, or Azurite's? The shortest stream's
+    # load_state once more, now that the longest exists, beside its first.
+    first_key = keys[shortest]
+    again = median_ms(lambda: p.load_state(first_key, "never-seen"), repeats)
+    emit(
+        "handlers.load_state.new.again", "ms", "lower", again,
+        f"the same call at {shortest} versions, before the longer streams were written",
+        ours["new"][shortest], {"versions": shortest, "written_since": sum(lengths[1:])},
+    )  # fmt: skip
 
     def growth(series: dict[int, list[float]]) -> float:
         return statistics.median(series[longest]) / statistics.median(series[shortest])

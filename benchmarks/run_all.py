@@ -36,6 +36,7 @@ SCRIPTS = (
     "bench_stream.py",
     "bench_handlers.py",
     "bench_keys.py",
+    "bench_wire.py",
     "bench_spark.py",
     "bench_storage.py",
     "profile_task.py",

@@ -12,9 +12,11 @@ body that is not the JSON it should be) becomes a ``DecodeError``, which
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any, Final, TypeAlias
 from urllib.parse import quote, urlsplit
 
@@ -34,7 +36,7 @@ from ._protocol import (
     UpdateEntity,
 )
 
-__all__ = ["Answer", "HttpCall", "Service", "exchange"]
+__all__ = ["Answer", "HttpCall", "Service", "exchange", "http_date"]
 
 #: The REST API version the wire runners speak (that of azure-data-tables 12).
 API_VERSION: Final = "2019-02-02"
@@ -79,6 +81,20 @@ class Service:
         queries = "&".join(q for q in (query, self.sas) if q)
         url = self.base + path + ("?" + queries if queries else "")
         return HttpCall(method, url, self.prefix + path, **kwargs)
+
+
+_now: tuple[int, str] = (0, "")
+
+
+def http_date() -> str:
+    """``x-ms-date``: the time in RFC 1123 form, made once a second (a request's
+    signature covers it, the service allows it minutes of skew)."""
+    global _now
+    second = int(time.time())
+    cached = _now
+    if cached[0] != second:
+        cached = _now = (second, formatdate(second, usegmt=True))
+    return cached[1]
 
 
 def _headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:

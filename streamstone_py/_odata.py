@@ -87,12 +87,10 @@ def encode_entity(entity: Mapping[str, Any]) -> str:
 
 
 def _datetime(text: str) -> datetime:
-    """The service's DateTime (up to 7 fractional digits) as a datetime in UTC."""
-    body = text.rstrip("Z")
-    whole, _, fraction = body.partition(".")
-    micros = int((fraction + "000000")[:6]) if fraction else 0
-    parsed = datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S")
-    return parsed.replace(microsecond=micros, tzinfo=UTC)
+    """The service's DateTime (up to 7 fractional digits, truncated to 6 as the
+    SDK does) as a datetime in UTC."""
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _typed(kind: str, value: Any) -> Any:
@@ -115,27 +113,25 @@ def decode_entity(item: Mapping[str, Any]) -> tuple[dict[str, Any], str, datetim
     """An entity as read: its properties (PartitionKey and RowKey included, as
     plain values), its ETag and its Timestamp."""
     properties: dict[str, Any] = {}
-    kinds: dict[str, str] = {}
+    kinds: list[tuple[str, str]] = []
     etag = ""
-    stamp: datetime | None = None
+    stamp: str | None = None
     for name, value in item.items():
-        if name.endswith("@odata.type"):
-            kinds[name[:-11]] = value
-        elif name.startswith("odata."):
+        if name[-11:] == "@odata.type":
+            kinds.append((name[:-11], value))
+        elif name[:6] == "odata.":
             if name == "odata.etag":
                 etag = value
         elif name == "Timestamp":
-            stamp = _datetime(value)
+            stamp = value
         else:
             properties[name] = value
-    for name, kind in kinds.items():
+    for name, kind in kinds:
         if name in properties:
             properties[name] = _typed(kind, properties[name])
-        elif name == "Timestamp":
-            continue
     if not etag and stamp is not None:
-        etag = "W/\"datetime'" + quote(item["Timestamp"]) + "'\""
-    return properties, etag, stamp
+        etag = "W/\"datetime'" + quote(stamp) + "'\""
+    return properties, etag, _datetime(stamp) if stamp is not None else None
 
 
 def _key(value: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from email.utils import formatdate
 from typing import Any, Final, Self, cast
 from urllib.parse import urlsplit
 
@@ -20,7 +19,7 @@ import urllib3
 from azure.data.tables import TableClient
 
 from ._auth import Auth, Bearer, auth_of
-from ._exchange import Answer, HttpCall, Service, exchange
+from ._exchange import Answer, HttpCall, Service, exchange, http_date
 from ._protocol import Request, time_left
 from ._retry import raise_as_storage_error
 
@@ -125,7 +124,7 @@ class WireTableClient(TableClient):
 
     def _send(self, call: HttpCall, deadline: float | None) -> Answer:
         setup = self._wire
-        date = formatdate(usegmt=True)
+        date = http_date()
         headers = call.headers
         headers["x-ms-date"] = date
         headers["User-Agent"] = setup.agent

@@ -12,7 +12,6 @@ reading, never have it re-sent blind.
 from __future__ import annotations
 
 import ssl
-from email.utils import formatdate
 from typing import Any, Self, cast
 
 import aiohttp
@@ -20,7 +19,7 @@ import yarl
 from azure.core.exceptions import ServiceResponseError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from ._exchange import Answer, HttpCall, exchange
+from ._exchange import Answer, HttpCall, exchange, http_date
 from ._protocol import Request, time_left
 from ._retry import raise_as_storage_error
 from ._wire import DEFAULT_POOL_SIZE, WireSetup
@@ -80,7 +79,7 @@ class AsyncWireTableClient(AsyncTableClient):
 
     async def _send(self, call: HttpCall, deadline: float | None) -> Answer:
         setup = self._wire
-        date = formatdate(usegmt=True)
+        date = http_date()
         headers = call.headers
         headers["x-ms-date"] = date
         headers["User-Agent"] = setup.agent
