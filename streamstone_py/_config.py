@@ -14,7 +14,7 @@ from azure.core.credentials import AzureSasCredential
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from ._wire import WireTableClient
+from ._wire import WireTableClient, environment_once
 from ._wire_aio import AsyncWireTableClient
 
 __all__ = ["TableConfig", "Transport"]
@@ -76,28 +76,6 @@ def guard_url_logs() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, RedactSecrets) for f in logger.filters):
             logger.addFilter(RedactSecrets())
-
-
-def environment_once(url: str) -> dict[str, Any]:
-    """Client options that apply the environment's network settings for ``url``
-    once, when the client is built.
-
-    ``requests`` looks up ``HTTPS_PROXY``/``NO_PROXY`` (and the CA bundle) in the
-    environment on every request, a measurable share of a request's CPU. These
-    options turn that off (``use_env_settings=False``) and give the same
-    settings explicitly: the proxy the environment names for this URL (none if
-    ``NO_PROXY`` exempts it), and ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``.
-    """
-    import requests.utils
-
-    options: dict[str, Any] = {"use_env_settings": False}
-    proxies = requests.utils.get_environ_proxies(url)
-    if proxies:
-        options["proxies"] = dict(proxies)
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
-    if bundle:
-        options["connection_verify"] = bundle
-    return options
 
 
 def _public_url(url: str) -> str:

@@ -9,6 +9,7 @@ handlers' and publishers' through the engine, take the wire.
 
 from __future__ import annotations
 
+import os
 import platform
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from ._exchange import Answer, HttpCall, Service, exchange, http_date
 from ._protocol import Request, time_left
 from ._retry import raise_as_storage_error
 
-__all__ = ["DEFAULT_POOL_SIZE", "WireSetup", "WireTableClient", "user_agent"]
+__all__ = ["DEFAULT_POOL_SIZE", "WireSetup", "WireTableClient", "environment_once", "user_agent"]
 
 #: Connections kept per host: enough for a task's keys in flight, each with a
 #: header read beside its events.
@@ -34,6 +35,28 @@ def user_agent() -> str:
     from . import __version__
 
     return f"streamstone-py/{__version__} Python/{platform.python_version()} ({platform.system()})"
+
+
+def environment_once(url: str) -> dict[str, Any]:
+    """Client options that apply the environment's network settings for ``url``
+    once, when the client is built.
+
+    ``requests`` looks up ``HTTPS_PROXY``/``NO_PROXY`` (and the CA bundle) in the
+    environment on every request, a measurable share of a request's CPU. These
+    options turn that off (``use_env_settings=False``) and give the same
+    settings explicitly: the proxy the environment names for this URL (none if
+    ``NO_PROXY`` exempts it), and ``REQUESTS_CA_BUNDLE`` or ``CURL_CA_BUNDLE``.
+    """
+    import requests.utils
+
+    options: dict[str, Any] = {"use_env_settings": False}
+    proxies = requests.utils.get_environ_proxies(url)
+    if proxies:
+        options["proxies"] = dict(proxies)
+    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+    if bundle:
+        options["connection_verify"] = bundle
+    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +82,9 @@ class WireSetup:
                 f"{parts.netloc}"
             )
         base = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/")
+        if options.get("use_env_settings", True):
+            # As the SDK's transport honours the environment, but read once, here.
+            options = {**environment_once(base), **options}
         verify = options.get("connection_verify", True)
         return cls(
             Service(base, table_name, auth.query),

@@ -82,9 +82,11 @@ def test_submit_sh_on_a_local_cluster_passes_the_exactly_once_check(
         assert sorted(logs) == ["0", "1"]
         workers = set()
         for text in logs.values():
-            found = re.findall(
-                rf"worker (\d+): table client for '{table_name}' \(spark_driver at (\S+)\)", text
+            # The executors run the default transport, the wire runner.
+            pattern = (
+                rf"worker (\d+): wire table client for '{table_name}' \(spark_driver at (\S+)\)"
             )
+            found = re.findall(pattern, text)
             assert found, text[-2000:]
             for _, at in found:
                 assert at.endswith("/streamstone_py.zip/spark_driver/_executor.py"), at
