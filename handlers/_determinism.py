@@ -61,22 +61,41 @@ class HandlerReport:
     failures: tuple[tuple[str, str], ...]
 
     @property
-    def ok(self) -> bool:
+    def deterministic(self) -> bool:
+        """No run differed from the first (a message that raised in every run
+        raised the same error each time)."""
         return not self.differences
+
+    @property
+    def ok(self) -> bool:
+        """Deterministic, and the handler handled every message it was given:
+        a message it raises on is abandoned in a pipeline, delivery after
+        delivery, so it is a finding too."""
+        return not self.differences and not self.failures
 
     def __str__(self) -> str:
         runs = "twice in this process"
         if self.hash_seeds:
             runs += " and once per PYTHONHASHSEED in " + ", ".join(map(str, self.hash_seeds))
         head = f"handler {self.handler!r}: {self.messages} messages, each {runs}: "
-        head += "deterministic" if self.ok else f"{len(self.differences)} differences"
+        raised = len(self.failures)
+        if raised and raised == self.messages:
+            head += f"raised on every message ({raised} of {raised}), so nothing was compared"
+        else:
+            head += "deterministic" if self.deterministic else f"{len(self.differences)} differences"
+            if raised:
+                head += f"; raised on {raised} of {self.messages} messages"
         lines = [head, *(f"  {d}" for d in self.differences)]
         lines += [f"  {m}: raised in every run: {e}" for m, e in self.failures]
+        if raised:
+            lines.append("  (a message the handler raises on is abandoned in a pipeline)")
         return "\n".join(lines)
 
-    def raise_for_differences(self) -> None:
-        """Raise ``AssertionError`` listing every difference (nothing when ``ok``)."""
-        if not self.ok:
+    def raise_for_differences(self, *, allow_failures: bool = False) -> None:
+        """Raise ``AssertionError`` listing every difference, and every message
+        the handler raised on unless ``allow_failures`` (a test that feeds it
+        messages it must refuse); nothing when ``ok``."""
+        if self.differences or (self.failures and not allow_failures):
             raise AssertionError(str(self))
 
 

@@ -169,9 +169,38 @@ def test_a_message_the_handler_always_refuses_is_a_failure_not_a_difference() ->
 
     report = check_handler(picky, messages, hash_seeds=(1,))
 
-    assert report.ok
+    # Deterministic, but a finding: a pipeline abandons m-2 on every delivery.
+    assert report.deterministic
+    assert not report.ok
     assert report.failures == (("m-2", "ValueError: bad position -1"),)
-    assert str(report).endswith("m-2: raised in every run: ValueError: bad position -1")
+    assert str(report) == (
+        "handler 'Picky': 3 messages, each twice in this process and once per "
+        "PYTHONHASHSEED in 1: deterministic; raised on 1 of 3 messages\n"
+        "  m-2: raised in every run: ValueError: bad position -1\n"
+        "  (a message the handler raises on is abandoned in a pipeline)"
+    )
+    with pytest.raises(AssertionError, match="m-2: raised in every run"):
+        report.raise_for_differences()
+    report.raise_for_differences(allow_failures=True)  # a test that expects the refusal
+
+
+@handler("Broken")
+def broken(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
+    state["total"] += message.body["amount"]  # KeyError: no "amount" in these bodies
+
+
+def test_a_handler_that_raises_on_every_message_is_not_ok() -> None:
+    report = check_handler(broken, _messages("k", 3), hash_seeds=())
+
+    assert not report.ok
+    assert report.deterministic  # the same KeyError each time, so nothing differs
+    assert [m for m, _ in report.failures] == ["m-1", "m-2", "m-3"]
+    assert str(report).splitlines()[0] == (
+        "handler 'Broken': 3 messages, each twice in this process: "
+        "raised on every message (3 of 3), so nothing was compared"
+    )
+    with pytest.raises(AssertionError, match="raised on every message"):
+        report.raise_for_differences()
 
 
 def test_a_handler_that_raises_only_once_is_found() -> None:
