@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup azurite demo demo-outbox test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup wheel azurite demo demo-outbox test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -13,7 +13,8 @@ $(VENV)/.installed: pyproject.toml
 		{ echo "Python 3.11 or newer is needed (found $(PYTHON))"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	# setuptools explains editable installs on every run; the layout here needs no warning.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
 # npm ci installs exactly the versions in package-lock.json; Azurite needs no install scripts.
@@ -22,8 +23,10 @@ $(NODE_MODULES): azurite/package.json azurite/package-lock.json
 	touch $@
 
 # An Azurite for your own scripts and notebooks: prints the export line, runs until Ctrl-C.
+# A new free port and empty storage each time, unless `make azurite LOCATION=dir`
+# keeps the data in that directory.
 azurite: setup
-	$(PY) -m azurite.launcher --serve
+	$(PY) -m azurite.launcher --serve $(if $(LOCATION),--location $(LOCATION))
 
 demo: setup
 	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo
@@ -55,7 +58,7 @@ PY35 := $(VENV35)/bin/python
 $(VENV35)/.installed: pyproject.toml
 	test -x $(PY35) || $(PYTHON) -m venv $(VENV35)
 	$(PY35) -m pip install --quiet --upgrade pip
-	$(PY35) -m pip install --quiet -e '.[dev]' 'pyspark>=3.5,<3.6'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY35) -m pip install --quiet -e '.[dev]' 'pyspark>=3.5,<3.6'
 	touch $@
 
 test-spark35: $(VENV35)/.installed $(NODE_MODULES)
@@ -80,6 +83,10 @@ chaos: setup
 		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS)
 
 # Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
+# The wheel of the three packages, for your own environment or a cluster.
+wheel: setup
+	$(PY) -m build --wheel --outdir dist .
+
 bench: setup
 	$(PY) benchmarks/run_all.py
 

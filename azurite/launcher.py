@@ -361,9 +361,9 @@ def _serve(azurite: AzuriteTable) -> int:
     try:
         while True:
             time.sleep(3600)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the way to stop it: not a failure
         print("azurite: stopped", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return 0
     except _Signalled as signalled:
         print("azurite: stopped", file=sys.stderr)
         return 128 + signalled.signum

@@ -82,7 +82,9 @@ class HandlerReport:
         if raised and raised == self.messages:
             head += f"raised on every message ({raised} of {raised}), so nothing was compared"
         else:
-            head += "deterministic" if self.deterministic else f"{len(self.differences)} differences"
+            head += (
+                "deterministic" if self.deterministic else f"{len(self.differences)} differences"
+            )
             if raised:
                 head += f"; raised on {raised} of {self.messages} messages"
         lines = [head, *(f"  {d}" for d in self.differences)]

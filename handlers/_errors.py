@@ -20,7 +20,8 @@
   for a late message, and whenever a found duplicate's record is gone.
 - :class:`StateTooLargeError`: names the handler, the message and the size.
 - :class:`HandlerFailedError`: the handler raised; the original exception is
-  its ``__cause__``.
+  its ``__cause__``, ``where`` is the innermost line of the handler's own
+  code, and ``handler_traceback`` the handler's frames.
 - :class:`UnreadableStateError`: a state stored in the table cannot be read
   back (damaged by an outside write, or a state class that no longer loads
   it); names the key and the version. The key's messages are abandoned, the
@@ -32,7 +33,11 @@ Storage errors come from :mod:`streamstone_py` (its tree is drawn in
 
 from __future__ import annotations
 
+import os
+import sysconfig
+import traceback
 from datetime import datetime
+from typing import Final
 
 __all__ = [
     "DuplicateOutsideWindowError",
@@ -127,14 +132,70 @@ class UnreadableStateError(HandlerError):
 
 
 class HandlerFailedError(HandlerError):
-    """The handler raised while handling a message."""
+    """The handler raised while handling a message.
+
+    The message names where, in the handler's own code: ``(at cart.py:12 in
+    apply)``; :attr:`handler_traceback` holds the handler's part of the
+    traceback, without the runtime's frames around it.
+    """
 
     def __init__(self, handler: str, message_id: str, error: BaseException) -> None:
+        frames = _handler_frames(error)
+        self.where = _where(frames)
+        at = f" (at {self.where})" if self.where else ""
         super().__init__(
-            f"handler {handler!r} failed on message {message_id!r}: {type(error).__name__}: {error}"
+            f"handler {handler!r} failed on message {message_id!r}: "
+            f"{type(error).__name__}: {error}{at}"
         )
         self.handler = handler
         self.message_id = message_id
+        self.handler_traceback = "".join(
+            ["Traceback (the handler's frames):\n", *traceback.format_list(frames),
+             *traceback.format_exception_only(type(error), error)]
+        )  # fmt: skip
+
+
+# The runtime's own modules: a handler's frames are the others of a traceback.
+_RUNTIME_DIRS: Final = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), package, "")
+    for package in ("handlers", "streamstone_py")
+)
+# Where libraries live: the innermost frame a user can act on is not in them.
+_LIBRARY_DIRS: Final = tuple(
+    {os.path.join(path, "") for name, path in sysconfig.get_paths().items() if "lib" in name}
+)
+
+
+def _is_runtime(filename: str) -> bool:
+    """A frame of this runtime's own code (its public examples count as handlers)."""
+    return filename.startswith(_RUNTIME_DIRS) and os.path.basename(filename).startswith("_")
+
+
+def _handler_frames(error: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of ``error``'s traceback below the runtime's: the handler's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    while frames and _is_runtime(frames[0].filename):
+        frames.pop(0)
+    return list(frames)
+
+
+def _where(frames: list[traceback.FrameSummary]) -> str | None:
+    """``file:line in function`` of the innermost frame of the user's own code
+    (not a library it called), the path relative to the working directory."""
+    own = [
+        f for f in frames
+        if not f.filename.startswith((*_LIBRARY_DIRS, "<")) and not _is_runtime(f.filename)
+    ]  # fmt: skip
+    if not frames:
+        return None
+    frame = (own or frames)[-1]
+    path = frame.filename
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        relative = path
+    shown = path if relative.startswith("..") else relative
+    return f"{shown}:{frame.lineno} in {frame.name}"
 
 
 class IllegalTransitionError(HandlerError, RuntimeError):

@@ -17,7 +17,7 @@ from ._session import session
 from ._settings import JobSettings, parse_duration, resolve_handler
 from ._states import read_history, read_states
 from ._stream import METRICS, process_stream, run_stream
-from ._summary import JobResult, Summary
+from ._summary import JobResult, Summary, Unsettled
 
 __all__ = [
     "INPUT_SCHEMA",
@@ -25,6 +25,7 @@ __all__ = [
     "JobResult",
     "JobSettings",
     "Summary",
+    "Unsettled",
     "parse_duration",
     "process_messages",
     "process_stream",

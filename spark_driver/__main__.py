@@ -1,24 +1,39 @@
 """``python -m spark_driver run ...`` and ``python -m spark_driver demo``.
 
-Exit statuses: 0 when every message is completed, a duplicate or
-dead-lettered; 3 (``UNSETTLED_EXIT``) when any is abandoned or faulted, so a
-scheduler delivers the input again; 2 when the command is refused before any
-work (a bad option, missing credentials, a missing table or input), with one
-line on stderr; anything else is a failure of Spark itself.
+Exit statuses, each with one line on stderr that says why (see
+docs/spark-pipeline.md, "Exit statuses"):
+
+- 0: every message is completed, a duplicate or dead-lettered;
+- 2 (``REFUSED_EXIT``): refused before any work: a bad option, missing
+  credentials, a missing table or input, an output path that is a file;
+- 3 (``UNSETTLED_EXIT``): some messages are abandoned or faulted, so a
+  scheduler delivers the input again (the summary lists the first of them);
+- 4 (``FAILED_EXIT``): the job stopped: ``--fail-fast`` met an abandoned or
+  faulted message, or Spark failed;
+- 130: interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
-from typing import NoReturn
+from typing import Any, Final, NoReturn
 
 from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER, SPARK_LOG_LEVELS
 
 #: Azure's rule for table names.
 _TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
+
+
+#: A job that stopped: ``--fail-fast`` met an unsettled message, or Spark failed.
+FAILED_EXIT: Final = 4
+#: A command refused before any work.
+REFUSED_EXIT: Final = 2
+#: Interrupted (Ctrl-C), as shells report a SIGINT.
+INTERRUPTED_EXIT: Final = 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +59,7 @@ class _Refused(Exception):
 
 def _check_table(table: str, create: bool) -> None:
     """The account is configured and the table is there (created unless told not to)."""
-    from azure.core.exceptions import AzureError, ResourceNotFoundError
+    from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 
     from streamstone_py import TableConfig
 
@@ -54,10 +69,10 @@ def _check_table(table: str, create: bool) -> None:
             "starting with a letter)"
         )
     try:
-        client = TableConfig.from_env(table_name=table).table_client()
+        config = TableConfig.from_env(table_name=table)
     except ValueError as exc:
-        raise _Refused(f"no storage account configured: {exc}") from None
-    with client:
+        raise _Refused(str(exc).replace("table name ", "--table ", 1)) from None
+    with config.table_client() as client:
         try:
             next(iter(client.query_entities("PartitionKey eq ''", results_per_page=1)), None)
         except ResourceNotFoundError:
@@ -65,14 +80,89 @@ def _check_table(table: str, create: bool) -> None:
                 raise _Refused(f"table {table!r} does not exist (--no-create-table)") from None
             client.create_table()
             print(f"created table {table!r}", file=sys.stderr)
+        except HttpResponseError as exc:
+            if exc.status_code != 403:
+                raise _Refused(f"table {table!r} answered: {_first_line(exc)}") from None
+            secret = {
+                "connection_string": "the account key in STREAMSTONE_CONNECTION_STRING",
+                "sas": "the SAS token in STREAMSTONE_SAS_TOKEN (or its permissions)",
+                "default_credential": "the Azure identity's role on the account",
+            }[config.mode]
+            raise _Refused(
+                f"the storage account refused to authenticate the request (403 "
+                f"{_code(exc)}) for table {table!r}: check {secret}"
+            ) from None
         except AzureError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise _Refused(f"cannot reach table {table!r}: {first}") from None
+            raise _Refused(f"cannot reach table {table!r}: {_first_line(exc)}") from None
 
 
-def _check_input(path: str) -> None:
-    if "://" not in path and not os.path.exists(path):
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _code(exc: Any) -> str:
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "no error code")
+
+
+def _check_input(path: str, input_format: str) -> None:
+    """The input exists, and its files are in the format the command names."""
+    if "://" in path:
+        return
+    if not os.path.exists(path):
         raise _Refused(f"--input {path!r} does not exist")
+    first = _first_file(path)
+    if first is None:
+        return
+    with open(first, "rb") as file:
+        head = file.read(4)
+    if head == b"PAR1" and input_format == "json":
+        raise _Refused(f"--input {path!r} holds Parquet ({first!r}): add --input-format parquet")
+    if head != b"PAR1" and head and input_format == "parquet":
+        raise _Refused(
+            f"--input {path!r} is not Parquet ({first!r} does not start as Parquet "
+            "files do): leave out --input-format parquet for JSON lines"
+        )
+
+
+def _first_file(path: str) -> str | None:
+    """The first data file Spark would read at ``path`` (hidden ones it skips)."""
+    if os.path.isfile(path):
+        return path
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        for name in sorted(files):
+            if not name.startswith((".", "_")):
+                return os.path.join(root, name)
+    return None
+
+
+def _check_writable_dir(option: str, path: str | None) -> None:
+    """A local output or checkpoint path can be a directory: not a file, nor under one."""
+    if path is None or "://" in path:
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise _Refused(f"{option} {path!r} is a file; name a directory (it is created if missing)")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise _Refused(f"{option} {path!r} is under {parent!r}, which is a file")
+    if not os.access(parent if not os.path.exists(path) else path, os.W_OK):
+        raise _Refused(f"{option} {path!r} cannot be written by this user")
+
+
+def _spark_failure(exc: BaseException) -> str:
+    """The one line to print for a job that Spark failed: a ``--fail-fast`` stop
+    as the executor worded it, else the first line of the error."""
+    found = re.search(r"FailFastError: (.*)", str(exc))
+    if found:
+        return f"stopped by --fail-fast: {found[1].strip()}"
+    return (
+        f"the job failed: {type(exc).__name__}: {_first_line(exc)} "
+        "(--log-level DEBUG prints the whole trace)"
+    )
 
 
 def _note_replaced_output(path: str, stream: bool) -> None:
@@ -90,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Credentials come from the environment only: STREAMSTONE_CONNECTION_STRING, "
         "or STREAMSTONE_ACCOUNT_URL with STREAMSTONE_SAS_TOKEN or a managed identity. "
         "Exit status: 0 if every message is completed, a duplicate or dead-lettered; "
-        "3 if any is abandoned or faulted (deliver the input again); 2 if refused.",
+        "2 if refused before any work; 3 if any is abandoned or faulted (deliver the input "
+        "again); 4 if the job stopped (--fail-fast, or Spark failed); 130 if interrupted.",
         formatter_class=_Help,
     )
     run.add_argument("--input", required=True, help="input file or directory")
@@ -253,11 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     try:
-        _check_input(args.input)
+        _check_input(args.input, args.input_format)
+        _check_writable_dir("--output", args.output)
+        _check_writable_dir("--checkpoint", args.checkpoint)
         _check_table(args.table, create=not args.no_create_table)
         _note_replaced_output(args.output, args.stream)
     except _Refused as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
     settings = JobSettings(
         table=args.table,
         handler=args.handler,
@@ -283,17 +376,25 @@ def main(argv: list[str] | None = None) -> int:
                 order_by=args.order_by, max_files_per_trigger=args.max_files_per_trigger,
             )  # fmt: skip
             for batch_id, summary in summaries:
-                print(f"micro-batch {batch_id}:\n{summary.table()}")
+                table = summary.table(f"{args.output}/batch={batch_id}")
+                print(f"micro-batch {batch_id}:\n{table}")
             return max((s.exit_status for _, s in summaries), default=0)
         summary = run_batch(
             spark, args.input, args.output, settings,
             input_format=args.input_format, output_format=args.output_format,
             partitions=args.partitions, order_by=args.order_by, explain=args.explain,
         )  # fmt: skip
-        print(summary.table())
+        print(summary.table(args.output))
         return summary.exit_status
     except ValueError as exc:  # bad input found once Spark read it (e.g. the order column)
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
+    except KeyboardInterrupt:
+        parser.exit(
+            INTERRUPTED_EXIT, f"{parser.prog}: interrupted; the run is safe to start again\n"
+        )
+    except Exception as exc:  # Spark's failure, or --fail-fast's stop: one line, status 4
+        logging.getLogger("spark_driver").debug("the job failed", exc_info=True)
+        parser.exit(FAILED_EXIT, f"{parser.prog}: error: {_spark_failure(exc)}\n")
     finally:
         spark.stop()
 

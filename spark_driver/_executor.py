@@ -18,6 +18,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from handlers import (
     DuplicateOutsideWindowError,
+    HandlerFailedError,
     HeaderCache,
     InMemoryPublisher,
     Message,
@@ -31,8 +32,15 @@ from ._rows import body_json, parse_row, raw_input
 from ._settings import JobSettings, resolve_handler
 
 __all__ = [
-    "OUTCOME", "OUTPUT", "RESULT_SCHEMA", "RETENTION", "TASK", "mark_partition",
-    "process_partition", "result_row",
+    "OUTCOME",
+    "OUTPUT",
+    "RESULT_SCHEMA",
+    "RETENTION",
+    "TASK",
+    "FailFastError",
+    "mark_partition",
+    "process_partition",
+    "result_row",
 ]  # fmt: skip
 
 OUTPUT = "output"
@@ -193,10 +201,13 @@ def _process_key(
             )  # fmt: skip
             conflicts = 0
             continue
-        if outcome.status in ("abandoned", "faulted") and settings.fail_fast:
-            raise RuntimeError(
-                f"message {outcome.message_id!r} of key {key!r} {outcome.status}: {outcome.reason}"
-            )
+        if outcome.status in ("abandoned", "faulted"):
+            _log_unsettled(key, outcome)
+            if settings.fail_fast:
+                raise FailFastError(
+                    f"message {outcome.message_id!r} of key {key!r} {outcome.status}: "
+                    f"{outcome.reason}"
+                )
         out.extend(_output_rows(key, outcome))
         out.append(
             _outcome_row(
@@ -229,6 +240,22 @@ def _process_messages(
         _log.exception("key %r: %d messages faulted by an unexpected error", key, len(messages))
         reason = f"{type(exc).__name__}: {exc}"
         return [Outcome(m, "faulted", None, (), reason, exc, stops_key=True) for m in messages]
+
+
+class FailFastError(RuntimeError):
+    """``--fail-fast`` stops the job at a message that was abandoned or faulted;
+    the driver finds this error's one line in Spark's and prints it."""
+
+
+def _log_unsettled(key: str, outcome: Outcome) -> None:
+    """At INFO, why a message is left for redelivery; a handler's own error
+    with the handler's part of its traceback (the runtime's frames left out)."""
+    if not _log.isEnabledFor(logging.INFO):
+        return
+    error = outcome.error
+    detail = f"\n{error.handler_traceback}" if isinstance(error, HandlerFailedError) else ""
+    _log.info("key %r: message %r %s: %s%s", key, outcome.message_id, outcome.status,
+              outcome.reason, detail)  # fmt: skip
 
 
 def _outside_window(outcome: Outcome) -> bool:

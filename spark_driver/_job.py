@@ -10,7 +10,6 @@ message changes state once and its outputs come out identical.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -90,7 +89,7 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
     if result.settings.strategy == "outbox":
         _mark_dispatched(written["outcomes"], result.settings, result.partitions)
     summary = Summary.of(written["outcomes"], written["outputs"], result.results)
-    marker = spark.createDataFrame([asdict(summary)])
+    marker = spark.createDataFrame([summary.figures()])
     marker.coalesce(1).write.mode("overwrite").json(f"{output}/summary")
     return summary
 

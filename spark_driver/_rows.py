@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from handlers import MAX_NESTING, Message
-from streamstone_py import check_key
+from streamstone_py import EventData, check_key, check_row
 
 __all__ = ["body_json", "parse_row", "raw_input", "sent_time"]
 
@@ -142,6 +142,16 @@ def parse_row(
             raise ValueError(f"key {key!r} contains the virtual-partition separator '|'")
     except (ValueError, TypeError) as exc:
         return None, f"key cannot be stored: {exc}"
+    # The id becomes a row key and the type a property of the message's stored
+    # version: what the table refuses would be refused on every delivery.
+    try:
+        EventData(id=message_id)
+    except (ValueError, TypeError) as exc:
+        return None, f"message id cannot be stored: {exc}"
+    try:
+        check_row({"PartitionKey": "k", "RowKey": "r", "MessageType": type_}, "type")
+    except (ValueError, TypeError) as exc:
+        return None, f"type cannot be stored: {str(exc).split(': ', 1)[-1]}"
     if body is None:
         parsed: Any = None
     elif isinstance(body, bytes | bytearray):

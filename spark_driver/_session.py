@@ -60,16 +60,20 @@ def session(
         builder = builder.master(master)
     defaults = {
         "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "true",
+        # A progress bar redrawn on a terminal; in a log file it is one long joined line.
+        "spark.ui.showConsoleProgress": "true" if sys.stderr.isatty() else "false",
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
     }
     # Only when this call starts the JVM, and from an installed file (not a
     # zip shipped with --py-files, whose members the JVM cannot open).
     if not os.environ.get("PYSPARK_GATEWAY_PORT") and _LOG4J2.is_file():
+        # At the default level a failed task is told once, by the command.
+        tasks = "off" if spark_log_level == "ERROR" else spark_log_level.lower()
         defaults["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j2.configurationFile={_LOG4J2.as_uri()} "
-            f"-Dspark_driver.log.level={spark_log_level.lower()}"
+            f"-Dspark_driver.log.level={spark_log_level.lower()} "
+            f"-Dspark_driver.task.log.level={tasks}"
         )
     for name, value in {**defaults, **conf}.items():
         builder = builder.config(name, value)

@@ -38,9 +38,18 @@ def resolve_handler(spec: str) -> Handler[Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"handler {spec!r}: cannot import {module_name!r} ({exc})") from None
-    found = getattr(module, attribute, None)
+    if not hasattr(module, attribute):
+        handlers = sorted(n for n, v in vars(module).items() if isinstance(v, Handler))
+        known = f"; its handlers: {', '.join(handlers)}" if handlers else ""
+        raise ValueError(
+            f"handler {spec!r}: module {module_name!r} has no attribute {attribute!r}{known}"
+        )
+    found = getattr(module, attribute)
     if not isinstance(found, Handler):
-        raise ValueError(f"{target!r} is not a handlers.Handler")
+        raise ValueError(
+            f"handler {spec!r}: {attribute!r} is a {type(found).__name__}, not a "
+            "handlers.Handler (declare it with @handler or subclass Handler)"
+        )
     return found
 
 

@@ -3,8 +3,8 @@ persisted rows they were computed from."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Final
+from dataclasses import dataclass, field, fields
+from typing import Any, Final, NamedTuple
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -12,7 +12,19 @@ from pyspark.sql import functions as F
 from ._executor import OUTCOME, OUTPUT, RETENTION, TASK
 from ._settings import JobSettings
 
-__all__ = ["UNSETTLED_EXIT", "JobResult", "Summary"]
+__all__ = ["UNSETTLED_EXIT", "JobResult", "Summary", "Unsettled"]
+
+#: How many abandoned or faulted messages the summary shows.
+SHOWN_UNSETTLED: Final = 5
+
+
+class Unsettled(NamedTuple):
+    """An abandoned or faulted message, as the summary shows it."""
+
+    status: str
+    key: str
+    message_id: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +45,11 @@ class Summary:
     #: Storage requests (HTTP, retries included) of the task attempts whose rows
     #: were kept; the outbox's dispatch marks after the commit are not counted.
     requests: int = 0
+    # Not figures (not in the summary's JSON): what the table adds below them.
+    #: The first abandoned or faulted messages, by key and message id.
+    unsettled: tuple[Unsettled, ...] = field(default=(), compare=False)
+    #: Keys retention ran for and removed nothing from (the run's own versions stay).
+    retained_nothing: int = field(default=0, compare=False)
 
     @classmethod
     def of(
@@ -85,22 +102,42 @@ class Summary:
         )
         assert split is not None
         total, new = int(split["all"]), int(split["new"])
-        removed = requests = 0
+        removed = requests = nothing = 0
         if results is not None:
             kind = F.col("kind")
+            retention = kind == RETENTION
             summed = results.agg(
-                F.sum(F.when(kind == RETENTION, F.col("version"))),
+                F.sum(F.when(retention, F.col("version"))),
                 F.sum(F.when(kind == TASK, F.col("requests"))),
+                F.sum(
+                    (retention & (F.col("version") == 0) & F.col("reason").isNull()).cast("long")
+                ),
             ).first()
             assert summed is not None
-            removed, requests = int(summed[0] or 0), int(summed[1] or 0)
+            removed, requests, nothing = (int(v or 0) for v in summed)
+        unsettled: tuple[Unsettled, ...] = ()
+        if figures["abandoned"] or figures["faulted"]:
+            first = (
+                outcomes.where(status.isin("abandoned", "faulted"))
+                .orderBy("key", "message_id")
+                .select("status", "key", "message_id", "reason")
+                .limit(SHOWN_UNSETTLED)
+                .collect()
+            )
+            unsettled = tuple(Unsettled(*(str(v) for v in row)) for row in first)
         return cls(
             new_outputs=new,
             reemitted_outputs=total - new,
             versions_removed=removed,
             requests=requests,
+            unsettled=unsettled,
+            retained_nothing=nothing,
             **figures,
         )
+
+    def figures(self) -> dict[str, int]:
+        """The figures by name, as the summary's JSON row holds them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.compare}
 
     @property
     def outputs(self) -> int:
@@ -113,11 +150,13 @@ class Summary:
         else :data:`UNSETTLED_EXIT` (some must be delivered again)."""
         return UNSETTLED_EXIT if self.abandoned or self.faulted else 0
 
-    def table(self) -> str:
-        """The summary as a readable two-column table."""
+    def table(self, output: str | None = None) -> str:
+        """The summary as a readable two-column table, then what needs a word:
+        the first abandoned or faulted messages with their reasons (and where
+        ``output`` keeps them all), and a retention that removed nothing."""
         labels = {
             "messages_in": "messages in",
-            "processed": "processed (state changed)",
+            "processed": "processed (new version stored)",
             "duplicates": "duplicates (no change)",
             "new_outputs": "output messages, new",
             "reemitted_outputs": "output messages, re-emitted",
@@ -129,9 +168,35 @@ class Summary:
             "requests": "storage requests",
         }
         width = max(len(v) for v in labels.values())
-        lines = [f"  {labels[f.name]:<{width}}  {getattr(self, f.name):>10,}" for f in fields(self)]
+        lines = [
+            f"  {labels[name]:<{width}}  {value:>10,}" for name, value in self.figures().items()
+        ]
         rule = "  " + "-" * (width + 12)
-        return "\n".join([rule, *lines, rule])
+        return "\n".join([rule, *lines, rule, *self._notes(output)])
+
+    def _notes(self, output: str | None) -> list[str]:
+        notes: list[str] = []
+        count = self.abandoned + self.faulted
+        if count:
+            shown = len(self.unsettled)
+            which = f"the first {shown} of {count}" if shown < count else f"all {count}"
+            notes.append(
+                f"  {which} abandoned or faulted messages (exit status {UNSETTLED_EXIT}: "
+                "deliver the input again):"
+            )
+            for status, key, message_id, reason in self.unsettled:
+                line = " ".join(reason.split())
+                line = line if len(line) <= 300 else line[:300] + "..."
+                notes.append(f"    {status} {message_id!r} of key {key!r}: {line}")
+            where = f"{output}/outcomes" if output else "the outcomes"
+            notes.append(f"  every one, with its reason: {where} (status abandoned or faulted)")
+        if self.retained_nothing:
+            notes.append(
+                f"  retention removed nothing from {self.retained_nothing:,} keys: the versions "
+                "a run touches always stay (its duplicates' too), so rerunning the same input "
+                "removes none; a later run with newer messages does"
+            )
+        return notes
 
 
 #: The exit status of a run that left messages abandoned or faulted.

@@ -86,6 +86,34 @@ def _public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+_PARAMETER_ENV: Final = {
+    "connection_string": "STREAMSTONE_CONNECTION_STRING",
+    "connection string": "STREAMSTONE_CONNECTION_STRING",
+    "account_url": "STREAMSTONE_ACCOUNT_URL",
+    "sas_token": "STREAMSTONE_SAS_TOKEN",
+    "transport": "STREAMSTONE_TRANSPORT",
+}
+
+
+def _for_environment(message: str) -> str:
+    """A configuration error with the environment's names for its parameters."""
+    if message.startswith("give connection_string, or account_url"):
+        return (
+            "no storage account configured: set STREAMSTONE_CONNECTION_STRING, or "
+            "STREAMSTONE_ACCOUNT_URL (with STREAMSTONE_SAS_TOKEN, or without it to sign in as an "
+            "Azure identity: a managed identity, or az login)"
+        )
+    invalid = re.match(r"connection string for table '[^']*' is not valid: (.*)", message, re.S)
+    if invalid:
+        return f"STREAMSTONE_CONNECTION_STRING is not a valid connection string: {invalid[1]}"
+    message = re.sub(
+        r"\b(connection_string|connection string|account_url|sas_token|transport)\b",
+        lambda m: _PARAMETER_ENV[m.group(1)],
+        message,
+    )
+    return message.replace("give either ", "set either ")
+
+
 @dataclass(frozen=True)
 class TableConfig:
     """Where a table is and how to authenticate, in one of three forms.
@@ -118,6 +146,11 @@ class TableConfig:
             raise ValueError(
                 f"table name {self.table_name!r} is not valid: 3 to 63 letters and digits, "
                 "starting with a letter"
+            )
+        if self.table_name.lower() == "tables":
+            raise ValueError(
+                f"table name {self.table_name!r} is reserved: Azure Tables lists its tables "
+                "under it"
             )
         if self.transport not in ("wire", "sdk"):
             raise ValueError(f"transport must be 'wire' or 'sdk', got {self.transport!r}")
@@ -163,13 +196,20 @@ class TableConfig:
         name = table_name or env.get("STREAMSTONE_TABLE")
         if not name:
             raise ValueError("set STREAMSTONE_TABLE or pass table_name")
-        return cls(
-            name,
-            connection_string=env.get("STREAMSTONE_CONNECTION_STRING") or None,
-            account_url=env.get("STREAMSTONE_ACCOUNT_URL") or None,
-            sas_token=env.get("STREAMSTONE_SAS_TOKEN") or None,
-            transport=transport or env.get("STREAMSTONE_TRANSPORT") or "wire",  # type: ignore[arg-type]
-        )
+        try:
+            config = cls(
+                name,
+                connection_string=env.get("STREAMSTONE_CONNECTION_STRING") or None,
+                account_url=env.get("STREAMSTONE_ACCOUNT_URL") or None,
+                sas_token=env.get("STREAMSTONE_SAS_TOKEN") or None,
+                transport=transport or env.get("STREAMSTONE_TRANSPORT") or "wire",  # type: ignore[arg-type]
+            )
+            if config.connection_string:
+                config._from_connection_string(TableClient).close()
+        except ValueError as exc:
+            # Worded for whoever set the environment: the variables, not the parameters.
+            raise ValueError(_for_environment(str(exc))) from None
+        return config
 
     def _from_connection_string(self, client: type[_Client], **options: Any) -> _Client:
         assert self.connection_string is not None

@@ -17,7 +17,15 @@ from azure.data.tables import TableClient
 from handlers import HeaderCache, InMemoryPublisher, Message, Outcome, Processor
 from handlers._outcome import StrategyName
 from tests.faults import FaultPlan, FaultyTransport
-from tests.test_handlers_holes import account, adds, faulty_client, history, one_by_one, tally
+from tests.test_handlers_holes import (
+    REFUSAL_LINE,
+    account,
+    adds,
+    faulty_client,
+    history,
+    one_by_one,
+    tally,
+)
 
 
 def counted(connection_string: str, table: TableClient) -> tuple[TableClient, FaultPlan]:
@@ -127,7 +135,8 @@ def test_a_handler_error_on_a_stale_cached_state_is_decided_on_the_stored_state(
     (refused,) = mine.process_batch(game, [Message("w2", game, "Withdraw", {"amount": 500})])
     assert (refused.status, str(refused.error)) == (
         "abandoned",
-        "handler 'Account' failed on message 'w2': ValueError: insufficient funds: 60 < 500",
+        "handler 'Account' failed on message 'w2': ValueError: insufficient funds: 60 < 500 "
+        f"(at tests/test_handlers_holes.py:{REFUSAL_LINE} in account)",
     )
 
 

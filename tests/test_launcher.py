@@ -194,6 +194,36 @@ def test_serve_prints_the_export_line_and_stops_azurite_on_a_signal(tmp_path: Pa
     assert not launcher_answers(port)
 
 
+def test_serve_stops_on_ctrl_c_with_status_0_and_keeps_data_with_a_location(
+    tmp_path: Path,
+) -> None:
+    # Ctrl-C is how `make azurite` is stopped: make must not report an error.
+    data = tmp_path / "data"
+
+    def serve() -> tuple[subprocess.Popen[str], TableServiceClient]:
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "azurite.launcher", "--serve", "--location", str(data)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert launcher.stdout is not None
+        connection_string = launcher.stdout.readline().split("'")[1]
+        return launcher, TableServiceClient.from_connection_string(connection_string)
+
+    launcher, service = serve()
+    service.create_table("kept").create_entity({"PartitionKey": "p", "RowKey": "r", "n": 7})
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=60) == 0
+    assert launcher.communicate()[1].splitlines()[-1] == "azurite: stopped"
+
+    launcher, service = serve()  # another port, the same directory
+    try:
+        assert service.get_table_client("kept").get_entity("p", "r")["n"] == 7
+    finally:
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=60) == 0
+        launcher.communicate()
+
+
 def test_serve_and_a_command_are_refused_together() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "azurite.launcher", "--serve", "--", "true"],

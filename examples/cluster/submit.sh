@@ -13,6 +13,9 @@
 #   DIST              where the wheel goes (default: dist/ in the repository)
 #   PY_FILES          your own handler modules, comma-separated (bank.py), to
 #                     ship beside the wheel; then HANDLER=bank:accounts
+#   SPARK_LOG_LEVEL   the driver JVM's log level from its first line: warn
+#                     (default), info, error; in cluster deploy mode the
+#                     driver runs elsewhere and the platform's logging applies
 #   EXECUTOR_ENV      names of environment variables to hand to the executors
 #                     as spark.executorEnv.NAME, e.g. STREAMSTONE_CONNECTION_STRING
 #                     for a local-cluster master against Azurite (its key is
@@ -76,9 +79,15 @@ if [[ -n ${STREAMSTONE_ACCOUNT_URL:-} ]]; then
          --conf "spark.yarn.appMasterEnv.STREAMSTONE_ACCOUNT_URL=$STREAMSTONE_ACCOUNT_URL")
 fi
 
+# The driver's JVM logs with the package's file from its first line, so it does
+# not open with Spark's start-up INFO lines.
+logging="-Dlog4j2.configurationFile=file:$root/spark_driver/log4j2.properties"
+logging+=" -Dspark_driver.log.level=${SPARK_LOG_LEVEL:-warn}"
+
 exec "$submit" \
   --master "${SPARK_MASTER:-yarn}" \
   --properties-file "$root/examples/cluster/spark-defaults.conf" \
+  --driver-java-options "$logging" \
   --py-files "$shipped${PY_FILES:+,$PY_FILES}" \
   "${conf[@]}" \
   "$root/examples/cluster/job.py" \

@@ -308,9 +308,9 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
     assert f"created table {table_name!r}" in done.stderr
     assert "spark master: local[2]\n" in done.stderr  # no launcher chose one
     first, second = done.stdout.split("micro-batch 0:\n")[1].split("micro-batch 1:\n")
-    assert re.search(r"processed \(state changed\)\s+1\n", first), done.stdout
+    assert re.search(r"processed \(new version stored\)\s+1\n", first), done.stdout
     assert re.search(r"abandoned \(handler error\)\s+1\n", first), done.stdout
-    assert re.search(r"processed \(state changed\)\s+1\n", second), done.stdout
+    assert re.search(r"processed \(new version stored\)\s+1\n", second), done.stdout
     assert re.search(r"abandoned \(handler error\)\s+0\n", second), done.stdout
     assert re.search(r"versions removed \(retention\)\s+0\n", second), done.stdout
     assert "Traceback" not in done.stderr

@@ -381,7 +381,7 @@ def test_submit_sh_runs_against_azurite_on_a_local_master_with_no_secret_in_logs
     assert (dist / "streamstone_py.zip").read_bytes() == wheel
     # spark-submit merges the driver's stderr into its stdout.
     assert "spark master: local[1]\n" in done.stdout + done.stderr
-    assert re.search(r"processed \(state changed\)\s+8\n", done.stdout), done.stdout
+    assert re.search(r"processed \(new version stored\)\s+8\n", done.stdout), done.stdout
     assert spark.read.json(str(tmp_path / "out" / "outputs")).count() == 6
     captured = done.stdout + done.stderr
     assert (

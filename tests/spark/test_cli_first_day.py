@@ -1,0 +1,214 @@
+"""The command line as a new user meets it on a first day: typed as the README
+and the handler guide write it, in a shell whose virtualenv is active, with a
+handler module of their own. Each test asserts the exit status and the words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spark_driver.__main__ import main
+
+CART = """\
+from handlers import HandlerContext, Message, handler
+
+
+def quantity(body):
+    return body["qty"]
+
+
+@handler("ShoppingCart", None, types=["Add"])
+def cart(state, message: Message, ctx: HandlerContext) -> None:
+    state.setdefault("items", []).append(quantity(message.body))
+"""
+#: Where the handler fails on a body without "qty", as its reason names it.
+WHERE = "(at cart.py:5 in quantity)"
+FAILED = f"handler 'ShoppingCart' failed on message 'a-6': KeyError: 'qty' {WHERE}"
+
+ROWS = [
+    ("a-1", "c1", {"qty": 1}),
+    ("a-6", "c1", {"quantity": 2}),  # the handler's KeyError: abandoned
+    ("a-7", "c1", {"qty": 3}),  # after it in its key: abandoned too
+    ("b/7", "c2", {"qty": 1}),  # an id no table can store: dead-lettered
+    ("b#8", "c2", {"qty": 1}),
+    ("b-9", "c2", {"qty": 4}),
+    ("x-1", "c3", {"qty": 5}),
+]
+
+
+def _project(tmp_path: Path) -> dict[str, str]:
+    """A user's directory with their handler and input; the environment of a
+    shell after `source .venv/bin/activate` and the README's export line."""
+    (tmp_path / "cart.py").write_text(CART)
+    with (tmp_path / "in.jsonl").open("w") as out:
+        for message_id, key, body in ROWS:
+            line = {"message_id": message_id, "key": key, "type": "Add", "body": json.dumps(body)}
+            out.write(json.dumps(line) + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return env
+
+
+def _run_cart(tmp_path: Path, table_name: str, flags: str) -> subprocess.CompletedProcess[str]:
+    """The command as the handler guide writes it, typed in the user's directory."""
+    env = _project(tmp_path)
+    command = (
+        "PYTHONPATH=. python -m spark_driver run --handler cart:cart --input in.jsonl "
+        f"--output out --table {table_name} {flags}"
+    )
+    return subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+def test_exit_3_names_each_unsettled_message_where_the_handler_failed_and_dead_letters_bad_ids(
+    tmp_path: Path, table_name: str
+) -> None:
+    done = _run_cart(tmp_path, table_name, "--keep-last 1 --log-level INFO")
+
+    assert done.returncode == 3, done.stderr[-3000:]
+    notes = done.stdout.split("\n  ----")[-1].splitlines()[1:]
+    assert notes == [
+        "  all 2 abandoned or faulted messages (exit status 3: deliver the input again):",
+        f"    abandoned 'a-6' of key 'c1': {FAILED}",
+        f"    abandoned 'a-7' of key 'c1': an earlier message of key 'c1' failed: {FAILED}",
+        "  every one, with its reason: out/outcomes (status abandoned or faulted)",
+        "  retention removed nothing from 3 keys: the versions a run touches always stay "
+        "(its duplicates' too), so rerunning the same input removes none; a later run with "
+        "newer messages does",
+    ], done.stdout
+    assert re.search(r"processed \(new version stored\)\s+3\n", done.stdout)
+    # At INFO, the handler's part of the traceback, without the runtime's frames.
+    logged = done.stderr.split("key 'c1': message 'a-6' abandoned: ")[1]
+    trace = logged.split("Traceback (the handler's frames):\n")[1].split("KeyError: 'qty'")[0]
+    assert re.fullmatch(
+        r'  File "[^"]*cart\.py", line 10, in cart\n.*\n(.*\n)?'
+        r'  File "[^"]*cart\.py", line 5, in quantity\n.*\n(.*\n)?',
+        trace,
+    ), trace
+
+    outcomes = pd.read_parquet(tmp_path / "out" / "outcomes", dtype_backend="numpy_nullable")
+    found = [
+        (r.message_id, r.key, r.status, None if pd.isna(r.version) else int(r.version), r.reason)
+        for r in outcomes.sort_values(["key", "message_id"]).itertuples()
+    ]
+    refusal = (
+        "message id cannot be stored: event id {!r} contains {!r}; Azure Tables keys may not "
+        "contain '/', '\\', '#', '?' or control characters"
+    )
+    assert found == [
+        ("a-1", "c1", "completed", 1, None),
+        ("a-6", "c1", "abandoned", None, FAILED),
+        ("a-7", "c1", "abandoned", None, f"an earlier message of key 'c1' failed: {FAILED}"),
+        ("b#8", "c2", "dead_lettered", None, refusal.format("b#8", "#")),
+        ("b-9", "c2", "completed", 1, None),
+        ("b/7", "c2", "dead_lettered", None, refusal.format("b/7", "/")),
+        ("x-1", "c3", "completed", 1, None),
+    ]
+    assert str(outcomes["version"].dtype) == "Int64"
+
+
+def test_fail_fast_stops_with_status_4_and_one_line_naming_the_handler_line(
+    tmp_path: Path, table_name: str
+) -> None:
+    done = _run_cart(tmp_path, table_name, "--fail-fast --partitions 1")
+
+    assert done.returncode == 4, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1] == (
+        "python -m spark_driver: error: stopped by --fail-fast: message 'a-6' of key 'c1' "
+        f"abandoned: {FAILED}"
+    ), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert "py4j" not in done.stderr.lower()
+    assert len(lines) <= 5, done.stderr
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line of a command refused before Spark starts (exit status 2)."""
+    with pytest.raises(SystemExit) as done:
+        main(["run", *args])
+    err = capsys.readouterr().err
+    assert (done.value.code, err.count("\n")) == (2, 1), err
+    assert err.startswith("python -m spark_driver: error: ")
+    return err.removeprefix("python -m spark_driver: error: ").rstrip("\n")
+
+
+def test_refusals_name_the_flag_or_variable_to_fix(
+    user_dir: Path,
+    table_name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = ["--handler", "cart:cart", "--input", "in.jsonl", "--table", table_name]
+    (user_dir / "taken").write_text("a file, not a directory")
+    assert _refused([*base, "--output", "taken"], capsys) == (
+        "--output 'taken' is a file; name a directory (it is created if missing)"
+    )
+    assert _refused([*base, "--output", "taken/out"], capsys).startswith(
+        "--output 'taken/out' is under "
+    )
+    pd.DataFrame({"message_id": ["m"], "key": ["k"], "type": ["Add"], "body": ["{}"]}).to_parquet(
+        user_dir / "in.parquet"
+    )
+    parquet = ["--handler", "cart:cart", "--input", "in.parquet", "--table", table_name]
+    assert _refused([*parquet, "--output", "out"], capsys) == (
+        "--input 'in.parquet' holds Parquet ('in.parquet'): add --input-format parquet"
+    )
+    assert _refused([*base, "--output", "out", "--input-format", "parquet"], capsys) == (
+        "--input 'in.jsonl' is not Parquet ('in.jsonl' does not start as Parquet files do): "
+        "leave out --input-format parquet for JSON lines"
+    )
+    named = ["--input", "in.jsonl", "--output", "out", "--handler"]
+    assert _refused([*named, "cart:cartz"], capsys) == (
+        "handler 'cart:cartz': module 'cart' has no attribute 'cartz'; its handlers: cart"
+    )
+    assert _refused([*named, "cart:quantity"], capsys) == (
+        "handler 'cart:quantity': 'quantity' is a function, not a handlers.Handler "
+        "(declare it with @handler or subclass Handler)"
+    )
+    assert _refused([*base[:4], "--table", "Tables", "--output", "out"], capsys) == (
+        "--table 'Tables' is reserved: Azure Tables lists its tables under it"
+    )
+
+    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
+    wrong_key = re.sub(r"AccountKey=[^;]+", "AccountKey=" + "QUJD" * 22, connection_string)
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", wrong_key)
+    assert _refused([*base, "--output", "out"], capsys) == (
+        "the storage account refused to authenticate the request (403 AuthorizationFailure) "
+        f"for table {table_name!r}: check the account key in STREAMSTONE_CONNECTION_STRING"
+    )
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", "garbage")
+    assert _refused([*base, "--output", "out"], capsys) == (
+        "STREAMSTONE_CONNECTION_STRING is not a valid connection string: "
+        "Connection string is either blank or malformed."
+    )
+    monkeypatch.delenv("STREAMSTONE_CONNECTION_STRING")
+    monkeypatch.delenv("STREAMSTONE_ACCOUNT_URL", raising=False)
+    assert _refused([*base, "--output", "out"], capsys) == (
+        "no storage account configured: set STREAMSTONE_CONNECTION_STRING, or "
+        "STREAMSTONE_ACCOUNT_URL (with STREAMSTONE_SAS_TOKEN, or without it to sign in as an "
+        "Azure identity: a managed identity, or az login)"
+    )
+    monkeypatch.setenv("STREAMSTONE_SAS_TOKEN", "sv=2020-08-04&sig=x")
+    assert _refused([*base, "--output", "out"], capsys) == (
+        "STREAMSTONE_SAS_TOKEN needs STREAMSTONE_ACCOUNT_URL"
+    )
+    assert not (user_dir / "out").exists()  # nothing was written by any refusal
