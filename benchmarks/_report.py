@@ -78,7 +78,8 @@ def targets(records: list[Record]) -> list[str]:
             rows.append(f"| {what} | {goal} | not measured | - |")
             return
         margin = measured / bound - 1
-        verdict = "met" if ok(measured) else f"**missed by {abs(margin):.0%}**"
+        shown = f"{abs(margin):.0%}" if abs(margin) >= 0.01 else f"{abs(margin):.1%}"
+        verdict = "met" if ok(measured) else f"**missed by {shown}**"
         rows.append(f"| {what} | {goal} | {_num(measured)} | {verdict} |")
 
     def ratio(name: str) -> float | None:

@@ -150,7 +150,7 @@ class HandlerFailedError(HandlerError):
         self.handler = handler
         self.message_id = message_id
         self.handler_traceback = "".join(
-            ["Traceback (the handler's frames):\n", *traceback.format_list(frames),
+            ["The handler's frames, innermost last:\n", *traceback.format_list(frames),
              *traceback.format_exception_only(type(error), error)]
         )  # fmt: skip
 

@@ -18,15 +18,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import sys
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn
 
+from ._checks import (
+    Refused,
+    check_input,
+    check_table,
+    check_writable_dir,
+    note_replaced_output,
+    spark_failure,
+)
 from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER, SPARK_LOG_LEVELS
-
-#: Azure's rule for table names.
-_TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
-
 
 #: A job that stopped: ``--fail-fast`` met an unsettled message, or Spark failed.
 FAILED_EXIT: Final = 4
@@ -51,124 +54,6 @@ class _Help(argparse.HelpFormatter):
         if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
             return text
         return f"{text} (default: %(default)s)".lstrip()
-
-
-class _Refused(Exception):
-    """A check before any work failed; the message is the one line to print."""
-
-
-def _check_table(table: str, create: bool) -> None:
-    """The account is configured and the table is there (created unless told not to)."""
-    from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
-
-    from streamstone_py import TableConfig
-
-    if not _TABLE_NAME.fullmatch(table):
-        raise _Refused(
-            f"--table {table!r} is not a valid table name (3 to 63 letters and digits, "
-            "starting with a letter)"
-        )
-    try:
-        config = TableConfig.from_env(table_name=table)
-    except ValueError as exc:
-        raise _Refused(str(exc).replace("table name ", "--table ", 1)) from None
-    with config.table_client() as client:
-        try:
-            next(iter(client.query_entities("PartitionKey eq ''", results_per_page=1)), None)
-        except ResourceNotFoundError:
-            if not create:
-                raise _Refused(f"table {table!r} does not exist (--no-create-table)") from None
-            client.create_table()
-            print(f"created table {table!r}", file=sys.stderr)
-        except HttpResponseError as exc:
-            if exc.status_code != 403:
-                raise _Refused(f"table {table!r} answered: {_first_line(exc)}") from None
-            secret = {
-                "connection_string": "the account key in STREAMSTONE_CONNECTION_STRING",
-                "sas": "the SAS token in STREAMSTONE_SAS_TOKEN (or its permissions)",
-                "default_credential": "the Azure identity's role on the account",
-            }[config.mode]
-            raise _Refused(
-                f"the storage account refused to authenticate the request (403 "
-                f"{_code(exc)}) for table {table!r}: check {secret}"
-            ) from None
-        except AzureError as exc:
-            raise _Refused(f"cannot reach table {table!r}: {_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _code(exc: Any) -> str:
-    code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code) or "no error code")
-
-
-def _check_input(path: str, input_format: str) -> None:
-    """The input exists, and its files are in the format the command names."""
-    if "://" in path:
-        return
-    if not os.path.exists(path):
-        raise _Refused(f"--input {path!r} does not exist")
-    first = _first_file(path)
-    if first is None:
-        return
-    with open(first, "rb") as file:
-        head = file.read(4)
-    if head == b"PAR1" and input_format == "json":
-        raise _Refused(f"--input {path!r} holds Parquet ({first!r}): add --input-format parquet")
-    if head != b"PAR1" and head and input_format == "parquet":
-        raise _Refused(
-            f"--input {path!r} is not Parquet ({first!r} does not start as Parquet "
-            "files do): leave out --input-format parquet for JSON lines"
-        )
-
-
-def _first_file(path: str) -> str | None:
-    """The first data file Spark would read at ``path`` (hidden ones it skips)."""
-    if os.path.isfile(path):
-        return path
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-        for name in sorted(files):
-            if not name.startswith((".", "_")):
-                return os.path.join(root, name)
-    return None
-
-
-def _check_writable_dir(option: str, path: str | None) -> None:
-    """A local output or checkpoint path can be a directory: not a file, nor under one."""
-    if path is None or "://" in path:
-        return
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise _Refused(f"{option} {path!r} is a file; name a directory (it is created if missing)")
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise _Refused(f"{option} {path!r} is under {parent!r}, which is a file")
-    if not os.access(parent if not os.path.exists(path) else path, os.W_OK):
-        raise _Refused(f"{option} {path!r} cannot be written by this user")
-
-
-def _spark_failure(exc: BaseException) -> str:
-    """The one line to print for a job that Spark failed: a ``--fail-fast`` stop
-    as the executor worded it, else the first line of the error."""
-    found = re.search(r"FailFastError: (.*)", str(exc))
-    if found:
-        return f"stopped by --fail-fast: {found[1].strip()}"
-    return (
-        f"the job failed: {type(exc).__name__}: {_first_line(exc)} "
-        "(--log-level DEBUG prints the whole trace)"
-    )
-
-
-def _note_replaced_output(path: str, stream: bool) -> None:
-    """Say so, in one line, when a batch run is about to replace earlier results."""
-    if not stream and "://" not in path and os.path.isdir(os.path.join(path, "outcomes")):
-        print(f"--output {path!r} holds an earlier run: its results are replaced", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,12 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     try:
-        _check_input(args.input, args.input_format)
-        _check_writable_dir("--output", args.output)
-        _check_writable_dir("--checkpoint", args.checkpoint)
-        _check_table(args.table, create=not args.no_create_table)
-        _note_replaced_output(args.output, args.stream)
-    except _Refused as exc:
+        check_input(args.input, args.input_format)
+        check_writable_dir("--output", args.output)
+        check_writable_dir("--checkpoint", args.checkpoint)
+        check_table(args.table, create=not args.no_create_table)
+        note_replaced_output(args.output, args.stream)
+    except Refused as exc:
         parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
     settings = JobSettings(
         table=args.table,
@@ -394,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except Exception as exc:  # Spark's failure, or --fail-fast's stop: one line, status 4
         logging.getLogger("spark_driver").debug("the job failed", exc_info=True)
-        parser.exit(FAILED_EXIT, f"{parser.prog}: error: {_spark_failure(exc)}\n")
+        parser.exit(FAILED_EXIT, f"{parser.prog}: error: {spark_failure(exc)}\n")
     finally:
         spark.stop()
 

@@ -180,8 +180,11 @@ class Summary:
         if count:
             shown = len(self.unsettled)
             which = f"the first {shown} of {count}" if shown < count else f"all {count}"
+            if count == 1:
+                which = "the one"
+            plural = "s" if count > 1 else ""
             notes.append(
-                f"  {which} abandoned or faulted messages (exit status {UNSETTLED_EXIT}: "
+                f"  {which} abandoned or faulted message{plural} (exit status {UNSETTLED_EXIT}: "
                 "deliver the input again):"
             )
             for status, key, message_id, reason in self.unsettled:

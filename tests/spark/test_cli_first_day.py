@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from spark_driver import Summary, Unsettled
 from spark_driver.__main__ import main
 
 CART = """\
@@ -44,7 +45,7 @@ ROWS = [
 ]
 
 
-def _project(tmp_path: Path) -> dict[str, str]:
+def _project(tmp_path: Path, connection_string: str) -> dict[str, str]:
     """A user's directory with their handler and input; the environment of a
     shell after `source .venv/bin/activate` and the README's export line."""
     (tmp_path / "cart.py").write_text(CART)
@@ -54,12 +55,15 @@ def _project(tmp_path: Path) -> dict[str, str]:
             out.write(json.dumps(line) + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env["STREAMSTONE_CONNECTION_STRING"] = connection_string
     return env
 
 
-def _run_cart(tmp_path: Path, table_name: str, flags: str) -> subprocess.CompletedProcess[str]:
+def _run_cart(
+    tmp_path: Path, connection_string: str, table_name: str, flags: str
+) -> subprocess.CompletedProcess[str]:
     """The command as the handler guide writes it, typed in the user's directory."""
-    env = _project(tmp_path)
+    env = _project(tmp_path, connection_string)
     command = (
         "PYTHONPATH=. python -m spark_driver run --handler cart:cart --input in.jsonl "
         f"--output out --table {table_name} {flags}"
@@ -71,9 +75,9 @@ def _run_cart(tmp_path: Path, table_name: str, flags: str) -> subprocess.Complet
 
 
 def test_exit_3_names_each_unsettled_message_where_the_handler_failed_and_dead_letters_bad_ids(
-    tmp_path: Path, table_name: str
+    tmp_path: Path, connection_string: str, table_name: str
 ) -> None:
-    done = _run_cart(tmp_path, table_name, "--keep-last 1 --log-level INFO")
+    done = _run_cart(tmp_path, connection_string, table_name, "--keep-last 1 --log-level INFO")
 
     assert done.returncode == 3, done.stderr[-3000:]
     notes = done.stdout.split("\n  ----")[-1].splitlines()[1:]
@@ -89,7 +93,7 @@ def test_exit_3_names_each_unsettled_message_where_the_handler_failed_and_dead_l
     assert re.search(r"processed \(new version stored\)\s+3\n", done.stdout)
     # At INFO, the handler's part of the traceback, without the runtime's frames.
     logged = done.stderr.split("key 'c1': message 'a-6' abandoned: ")[1]
-    trace = logged.split("Traceback (the handler's frames):\n")[1].split("KeyError: 'qty'")[0]
+    trace = logged.split("The handler's frames, innermost last:\n")[1].split("KeyError: 'qty'")[0]
     assert re.fullmatch(
         r'  File "[^"]*cart\.py", line 10, in cart\n.*\n(.*\n)?'
         r'  File "[^"]*cart\.py", line 5, in quantity\n.*\n(.*\n)?',
@@ -98,7 +102,7 @@ def test_exit_3_names_each_unsettled_message_where_the_handler_failed_and_dead_l
 
     outcomes = pd.read_parquet(tmp_path / "out" / "outcomes", dtype_backend="numpy_nullable")
     found = [
-        (r.message_id, r.key, r.status, None if pd.isna(r.version) else int(r.version), r.reason)
+        (r.message_id, r.key, r.status, *(None if pd.isna(v) else v for v in (r.version, r.reason)))
         for r in outcomes.sort_values(["key", "message_id"]).itertuples()
     ]
     refusal = (
@@ -114,13 +118,13 @@ def test_exit_3_names_each_unsettled_message_where_the_handler_failed_and_dead_l
         ("b/7", "c2", "dead_lettered", None, refusal.format("b/7", "/")),
         ("x-1", "c3", "completed", 1, None),
     ]
-    assert str(outcomes["version"].dtype) == "Int64"
+    assert str(outcomes["version"].dtype) == "Int32"
 
 
 def test_fail_fast_stops_with_status_4_and_one_line_naming_the_handler_line(
-    tmp_path: Path, table_name: str
+    tmp_path: Path, connection_string: str, table_name: str
 ) -> None:
-    done = _run_cart(tmp_path, table_name, "--fail-fast --partitions 1")
+    done = _run_cart(tmp_path, connection_string, table_name, "--fail-fast --partitions 1")
 
     assert done.returncode == 4, done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()
@@ -134,8 +138,9 @@ def test_fail_fast_stops_with_status_4_and_one_line_naming_the_handler_line(
 
 
 @pytest.fixture
-def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    _project(tmp_path)
+def user_dir(tmp_path: Path, connection_string: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    _project(tmp_path, connection_string)
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
@@ -178,17 +183,18 @@ def test_refusals_name_the_flag_or_variable_to_fix(
     )
     named = ["--input", "in.jsonl", "--output", "out", "--handler"]
     assert _refused([*named, "cart:cartz"], capsys) == (
-        "handler 'cart:cartz': module 'cart' has no attribute 'cartz'; its handlers: cart"
+        "handler 'cart:cartz': module 'cart' has no attribute 'cartz'; its handlers: cart "
+        "(see --help)"
     )
     assert _refused([*named, "cart:quantity"], capsys) == (
         "handler 'cart:quantity': 'quantity' is a function, not a handlers.Handler "
-        "(declare it with @handler or subclass Handler)"
+        "(declare it with @handler or subclass Handler) (see --help)"
     )
     assert _refused([*base[:4], "--table", "Tables", "--output", "out"], capsys) == (
         "--table 'Tables' is reserved: Azure Tables lists its tables under it"
     )
 
-    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]
+    connection_string = os.environ["STREAMSTONE_CONNECTION_STRING"]  # user_dir's
     wrong_key = re.sub(r"AccountKey=[^;]+", "AccountKey=" + "QUJD" * 22, connection_string)
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", wrong_key)
     assert _refused([*base, "--output", "out"], capsys) == (
@@ -212,3 +218,36 @@ def test_refusals_name_the_flag_or_variable_to_fix(
         "STREAMSTONE_SAS_TOKEN needs STREAMSTONE_ACCOUNT_URL"
     )
     assert not (user_dir / "out").exists()  # nothing was written by any refusal
+
+
+def test_the_summary_names_the_first_five_unsettled_messages_and_counts_the_rest() -> None:
+    figures: dict[str, int] = {
+        "messages_in": 9, "processed": 2, "duplicates": 0, "new_outputs": 0,
+        "reemitted_outputs": 0, "dead_lettered": 0, "abandoned": 6, "faulted": 1,
+        "conflicts_retried": 0,
+    }  # fmt: skip
+    shown = tuple(
+        Unsettled("abandoned", "k", f"m-{n}", f"reason {n}\nsecond line") for n in range(5)
+    )
+    notes = Summary(**figures, unsettled=shown).table("out").split("------\n")[-1].splitlines()
+    assert notes == [
+        "  the first 5 of 7 abandoned or faulted messages (exit status 3: deliver the input "
+        "again):",
+        *(f"    abandoned 'm-{n}' of key 'k': reason {n} second line" for n in range(5)),
+        "  every one, with its reason: out/outcomes (status abandoned or faulted)",
+    ]
+    one = {**figures, "abandoned": 0, "faulted": 1}
+    only = (Unsettled("faulted", "k", "m-9", "TimeoutError: read timed out"),)
+    assert Summary(**one, unsettled=only, retained_nothing=1).table().splitlines()[-4:] == [
+        "  the one abandoned or faulted message (exit status 3: deliver the input again):",
+        "    faulted 'm-9' of key 'k': TimeoutError: read timed out",
+        "  every one, with its reason: the outcomes (status abandoned or faulted)",
+        "  retention removed nothing from 1 keys: the versions a run touches always stay (its "
+        "duplicates' too), so rerunning the same input removes none; a later run with newer "
+        "messages does",
+    ]
+    settled = {**figures, "abandoned": 0, "faulted": 0}
+    assert (
+        Summary(**settled, unsettled=()).table().endswith("-" * 42)
+    )  # nothing to add below the figures
+    assert "unsettled" not in Summary(**settled, unsettled=()).figures()

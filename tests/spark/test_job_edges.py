@@ -23,7 +23,8 @@ from spark_driver import (
     session,
     write_result,
 )
-from spark_driver.__main__ import _check_table, _note_replaced_output, main
+from spark_driver.__main__ import main
+from spark_driver._checks import check_table, note_replaced_output
 from tests.spark.conftest import game_messages, spread, write_jsonl
 from tests.spark.test_pipeline import client, outcomes, outputs
 from tests.test_config import valid_sas
@@ -267,9 +268,9 @@ def test_a_missing_table_is_created_or_refused(
 
     # What the command does next without --no-create-table (called alone, so that
     # the command does not go on to stop the shared Spark session of these tests).
-    _check_table(table_name, create=True)
+    check_table(table_name, create=True)
     assert capsys.readouterr().err == f"created table {table_name!r}\n"
-    _check_table(table_name, create=False)  # there now
+    check_table(table_name, create=False)  # there now
     assert capsys.readouterr().err == ""
 
 
@@ -420,12 +421,12 @@ def test_a_batch_run_says_when_it_replaces_earlier_results(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    _note_replaced_output(str(out), stream=False)  # nothing there yet
+    note_replaced_output(str(out), stream=False)  # nothing there yet
     (out / "outcomes").mkdir(parents=True)
-    _note_replaced_output(str(out), stream=True)  # a stream writes new batch=N directories
+    note_replaced_output(str(out), stream=True)  # a stream writes new batch=N directories
     assert capsys.readouterr().err == ""
 
-    _note_replaced_output(str(out), stream=False)
+    note_replaced_output(str(out), stream=False)
 
     assert capsys.readouterr().err == (
         f"--output {str(out)!r} holds an earlier run: its results are replaced\n"
