@@ -63,7 +63,12 @@ if [[ ${SPARK_MASTER:-yarn} == local* ]]; then
   export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$("$python" -c 'import sys; print(sys.executable)')}
 fi
 
-"$python" -m build --wheel --outdir "$dist" "$root" >/dev/null
+mkdir -p "$dist"
+# The build's own chatter goes to a log, shown only if the build fails.
+if ! "$python" -m build --wheel --outdir "$dist" "$root" >"$dist/build.log" 2>&1; then
+  cat "$dist/build.log" >&2
+  exit 1
+fi
 wheel=$(ls -t "$dist"/streamstone_py-*.whl | head -n 1)
 # Spark puts only .zip, .egg and .jar files of --py-files on the Python
 # workers' path: the wheel (pure Python, itself a zip) ships as a .zip.
