@@ -56,6 +56,22 @@ class _Help(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)".lstrip()
 
 
+def _workers_import_from(spec: str) -> None:
+    """Local Python workers find the handler's module where this process found
+    it: ``python -m`` put the working directory on this process's path only."""
+    module_name = BUILTIN_HANDLERS.get(spec, spec).partition(":")[0]
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    if not file:
+        return
+    depth = module_name.count(".") + (os.path.basename(file) == "__init__.py")
+    root = os.path.dirname(os.path.abspath(file))
+    for _ in range(depth):
+        root = os.path.dirname(root)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m spark_driver")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -194,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from ._job import run_batch
     from ._logs import configure as configure_logging
-    from ._session import session
+    from ._session import launched_with_master, session
     from ._settings import JobSettings, parse_duration, resolve_handler
     from ._stream import run_stream
 
@@ -225,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         resolve_handler(args.handler)
     except ValueError as exc:
         parser.error(str(exc))
+    if (args.master or ("" if launched_with_master() else LOCAL_MASTER)).startswith("local"):
+        _workers_import_from(args.handler)
     configure_logging(args.log_level)
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url

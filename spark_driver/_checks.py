@@ -119,14 +119,41 @@ def check_writable_dir(option: str, path: str | None) -> None:
 
 def spark_failure(exc: BaseException) -> str:
     """The one line to print for a job that Spark failed: a ``--fail-fast`` stop
-    as the executor worded it, else the first line of the error."""
-    found = re.search(r"FailFastError: (.*)", str(exc))
+    as the executor worded it, else the Python error a task died of, else the
+    first line of the error."""
+    text = str(exc)
+    found = re.search(r"FailFastError: (.*)", text)
     if found:
         return f"stopped by --fail-fast: {found[1].strip()}"
+    raised = _python_error(text)
+    if raised is not None:
+        return f"the job failed: a task raised {raised} (--log-level DEBUG prints the whole trace)"
     return (
         f"the job failed: {type(exc).__name__}: {first_line(exc)} "
         "(--log-level DEBUG prints the whole trace)"
     )
+
+
+#: The last line of a Python traceback: the exception's qualified name and message.
+_RAISED = re.compile(r"([A-Za-z_][\w.]*): (.+)")
+
+
+def _python_error(text: str) -> str | None:
+    """The error line of the last Python traceback in Spark's message, if any."""
+    lines = text.splitlines()
+    starts = [n for n, line in enumerate(lines) if "Traceback (most recent call last)" in line]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1 :]:
+        found = _RAISED.fullmatch(line.strip())
+        name = found[1].rsplit(".", 1)[-1] if found else ""
+        if (
+            found
+            and not found[1].startswith(("org.", "java.", "scala.", "py4j."))
+            and (name.endswith(("Error", "Exception", "Interrupt", "Exit", "Iteration")))
+        ):
+            return f"{name}: {found[2]}"
+    return None
 
 
 def note_replaced_output(path: str, stream: bool) -> None:

@@ -63,12 +63,14 @@ if [[ ${SPARK_MASTER:-yarn} == local* ]]; then
   export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$("$python" -c 'import sys; print(sys.executable)')}
 fi
 
-mkdir -p "$dist"
-# The build's own chatter goes to a log, shown only if the build fails.
-if ! "$python" -m build --wheel --outdir "$dist" "$root" >"$dist/build.log" 2>&1; then
-  cat "$dist/build.log" >&2
+# The build's own chatter is shown only if the build fails.
+log=$(mktemp)
+if ! "$python" -m build --wheel --outdir "$dist" "$root" >"$log" 2>&1; then
+  cat "$log" >&2
+  rm -f "$log"
   exit 1
 fi
+rm -f "$log"
 wheel=$(ls -t "$dist"/streamstone_py-*.whl | head -n 1)
 # Spark puts only .zip, .egg and .jar files of --py-files on the Python
 # workers' path: the wheel (pure Python, itself a zip) ships as a .zip.

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +19,7 @@ import pytest
 
 from spark_driver import Summary, Unsettled
 from spark_driver.__main__ import main
+from spark_driver._checks import spark_failure
 
 CART = """\
 from handlers import HandlerContext, Message, handler
@@ -62,10 +65,11 @@ def _project(tmp_path: Path, connection_string: str) -> dict[str, str]:
 def _run_cart(
     tmp_path: Path, connection_string: str, table_name: str, flags: str
 ) -> subprocess.CompletedProcess[str]:
-    """The command as the handler guide writes it, typed in the user's directory."""
+    """The command as the handler guide writes it, typed in the user's directory
+    (nothing on PYTHONPATH: local workers import ``cart`` from there too)."""
     env = _project(tmp_path, connection_string)
     command = (
-        "PYTHONPATH=. python -m spark_driver run --handler cart:cart --input in.jsonl "
+        "python -m spark_driver run --handler cart:cart --input in.jsonl "
         f"--output out --table {table_name} {flags}"
     )
     return subprocess.run(
@@ -251,3 +255,63 @@ def test_the_summary_names_the_first_five_unsettled_messages_and_counts_the_rest
         Summary(**settled, unsettled=()).table().endswith("-" * 42)
     )  # nothing to add below the figures
     assert "unsettled" not in Summary(**settled, unsettled=()).figures()
+
+
+def test_a_failed_task_is_told_by_the_python_error_it_raised() -> None:
+    # The shape of Spark's message for a task whose Python worker raised.
+    text = (
+        "An error occurred while calling o95.save.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in "
+        "stage 3.0 failed 1 times, most recent failure: Lost task 0.0 in stage 3.0: "
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/spark_driver/_settings.py", line 39, in x\n'
+        '    raise ValueError(f"handler {spec!r}: cannot import {module_name!r} ({exc})")\n'
+        "ValueError: handler 'cart:cart': cannot import 'cart' (No module named 'cart')\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.handlePythonException(x.scala:1)\n"
+    )
+    assert spark_failure(RuntimeError(text)) == (
+        "the job failed: a task raised ValueError: handler 'cart:cart': cannot import 'cart' "
+        "(No module named 'cart') (--log-level DEBUG prints the whole trace)"
+    )
+    assert spark_failure(RuntimeError("Java heap space\nat x")) == (
+        "the job failed: RuntimeError: Java heap space (--log-level DEBUG prints the whole trace)"
+    )
+
+
+SLOW = """\
+import time
+
+from handlers import HandlerContext, Message, handler
+
+
+@handler("Slow", None, types=["Add"])
+def slow(state, message: Message, ctx: HandlerContext) -> None:
+    time.sleep(30)  # longer than the test waits: Ctrl-C comes first
+"""
+
+
+def test_ctrl_c_stops_the_run_with_status_130_and_one_line(
+    tmp_path: Path, connection_string: str, table_name: str
+) -> None:
+    env = _project(tmp_path, connection_string)
+    (tmp_path / "slow.py").write_text(SLOW)
+    run = subprocess.Popen(
+        ["python", "-m", "spark_driver", "run", "--handler", "slow:slow", "--input", "in.jsonl",
+         "--output", "out", "--table", table_name, "--partitions", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert run.stderr is not None
+    seen = []
+    for line in run.stderr:  # the job starts once the master is chosen
+        seen.append(line)
+        if line.startswith("spark master:"):
+            break
+    time.sleep(5)  # inside the job now: a task sleeps in the handler
+    run.send_signal(signal.SIGINT)
+    _, rest = run.communicate(timeout=120)
+
+    assert run.returncode == 130, "".join(seen) + rest
+    assert rest.strip().splitlines()[-1] == (
+        "python -m spark_driver: interrupted; the run is safe to start again"
+    ), rest
+    assert "Traceback" not in rest
