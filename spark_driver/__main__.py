@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
-from typing import Final, NoReturn
+import threading
+from types import FrameType
+from typing import Any, Final, NoReturn
 
 from ._checks import (
     Refused,
@@ -208,11 +211,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo(args.strategy)
 
-    from ._job import run_batch
     from ._logs import configure as configure_logging
     from ._session import launched_with_master, session
     from ._settings import JobSettings, parse_duration, resolve_handler
-    from ._stream import run_stream
 
     if args.partitions < 1:
         parser.error(f"--partitions must be >= 1, got {args.partitions}")
@@ -270,36 +271,67 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
+    interrupted = _watch_ctrl_c()
+    status, line = 0, None
     try:
-        if args.stream:
-            summaries = run_stream(
-                spark, args.input, args.output, args.checkpoint, settings,
-                input_format=args.input_format, output_format=args.output_format,
-                partitions=args.partitions,
-                order_by=args.order_by, max_files_per_trigger=args.max_files_per_trigger,
-            )  # fmt: skip
-            for batch_id, summary in summaries:
-                table = summary.table(f"{args.output}/batch={batch_id}")
-                print(f"micro-batch {batch_id}:\n{table}")
-            return max((s.exit_status for _, s in summaries), default=0)
-        summary = run_batch(
-            spark, args.input, args.output, settings,
-            input_format=args.input_format, output_format=args.output_format,
-            partitions=args.partitions, order_by=args.order_by, explain=args.explain,
-        )  # fmt: skip
-        print(summary.table(args.output))
-        return summary.exit_status
+        status = _run(spark, args, settings)
     except ValueError as exc:  # bad input found once Spark read it (e.g. the order column)
-        parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
+        status, line = REFUSED_EXIT, f"error: {exc}"
     except KeyboardInterrupt:
-        parser.exit(
-            INTERRUPTED_EXIT, f"{parser.prog}: interrupted; the run is safe to start again\n"
-        )
+        status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
     except Exception as exc:  # Spark's failure, or --fail-fast's stop: one line, status 4
         logging.getLogger("spark_driver").debug("the job failed", exc_info=True)
-        parser.exit(FAILED_EXIT, f"{parser.prog}: error: {spark_failure(exc)}\n")
+        status, line = FAILED_EXIT, f"error: {spark_failure(exc)}"
+        if interrupted.is_set():  # Spark cancelled the job for Ctrl-C and said so its way
+            status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
     finally:
         spark.stop()
+    if line is not None:  # last, after whatever Spark prints as it stops
+        parser.exit(status, f"{parser.prog}: {line}\n")
+    return status
+
+
+def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
+    """The job itself: its summaries printed, its exit status returned."""
+    from ._job import run_batch
+    from ._stream import run_stream
+
+    if args.stream:
+        summaries = run_stream(
+            spark, args.input, args.output, args.checkpoint, settings,
+            input_format=args.input_format, output_format=args.output_format,
+            partitions=args.partitions,
+            order_by=args.order_by, max_files_per_trigger=args.max_files_per_trigger,
+        )  # fmt: skip
+        for batch_id, summary in summaries:
+            table = summary.table(f"{args.output}/batch={batch_id}")
+            print(f"micro-batch {batch_id}:\n{table}")
+        return max((s.exit_status for _, s in summaries), default=0)
+    summary = run_batch(
+        spark, args.input, args.output, settings,
+        input_format=args.input_format, output_format=args.output_format,
+        partitions=args.partitions, order_by=args.order_by, explain=args.explain,
+    )  # fmt: skip
+    print(summary.table(args.output))
+    return summary.exit_status
+
+
+def _watch_ctrl_c() -> threading.Event:
+    """Set on Ctrl-C, before PySpark's own handler runs: PySpark cancels the
+    job, and on some versions the job's error, not KeyboardInterrupt, reaches
+    the command."""
+    pressed = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+        pressed.set()
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    return pressed
 
 
 if __name__ == "__main__":
