@@ -1,9 +1,12 @@
-"""Start Azurite's Table service for tests, the demo and the benchmarks.
+"""Start Azurite's Table service (and its Queue service) for tests, the demo
+and the benchmarks.
 
 Nobody starts Azurite by hand: this module installs nothing, but finds the
-``azurite-table`` binary that ``npm ci --prefix azurite`` put into
-``azurite/node_modules``, starts it on a free loopback port with telemetry off,
-waits until it answers HTTP, and stops it again.
+``azurite-table`` (and ``azurite-queue``) binary that ``npm ci --prefix
+azurite`` put into ``azurite/node_modules``, starts it on a free loopback port
+with telemetry off, waits until it answers HTTP, and stops it again. As a
+command it runs both services, and the connection string names both
+endpoints.
 
 As a library::
 
@@ -52,7 +55,14 @@ _ACCOUNT_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 _HOST = "127.0.0.1"
-_BIN = Path(__file__).resolve().parent / "node_modules" / ".bin" / "azurite-table"
+_BINARIES = Path(__file__).resolve().parent / "node_modules" / ".bin"
+_BIN = _BINARIES / "azurite-table"
+#: Each service Azurite runs for us: its binary, its host and port options,
+#: the prefix of its ``Server`` header, and a path to ask it for.
+_SERVICES = {
+    "table": ("azurite-table", "--tableHost", "--tablePort", "Azurite-Table/", "/Tables"),
+    "queue": ("azurite-queue", "--queueHost", "--queuePort", "Azurite-Queue/", "?comp=list"),
+}
 
 
 class AzuriteError(RuntimeError):
@@ -65,13 +75,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _answers(port: int, cert: Path | None = None) -> bool:
-    """True once Azurite's Table service answers on ``port`` (any status counts).
+def _answers(port: int, cert: Path | None = None, service: str = "table") -> bool:
+    """True once Azurite's ``service`` answers on ``port`` (any status counts).
 
     Another HTTP server on the port does not count: the answer must name
-    Azurite's Table service (its ``Server`` header). With ``cert``, over
+    that Azurite service (its ``Server`` header). With ``cert``, over
     HTTPS, checked against that certificate.
     """
+    _, _, _, server, path = _SERVICES[service]
     conn: http.client.HTTPConnection
     if cert is not None:
         context = ssl.create_default_context(cafile=str(cert))
@@ -79,10 +90,10 @@ def _answers(port: int, cert: Path | None = None) -> bool:
     else:
         conn = http.client.HTTPConnection(_HOST, port, timeout=1.0)
     try:
-        conn.request("GET", f"/{_ACCOUNT}/Tables")
+        conn.request("GET", f"/{_ACCOUNT}{path}")
         response = conn.getresponse()
         response.read()
-        return (response.getheader("Server") or "").startswith("Azurite-Table/")
+        return (response.getheader("Server") or "").startswith(server)
     except OSError:
         return False
     finally:
@@ -90,7 +101,8 @@ def _answers(port: int, cert: Path | None = None) -> bool:
 
 
 class AzuriteTable:
-    """One Azurite Table service process on a free 127.0.0.1 port.
+    """One Azurite Table service process on a free 127.0.0.1 port, and with
+    ``queues=True`` its Queue service beside it on a port of its own.
 
     ``location=None`` keeps all data in memory; a directory keeps it on disk so
     that it survives :meth:`restart`. Use it as a context manager, or call
@@ -105,6 +117,8 @@ class AzuriteTable:
         binary: str | os.PathLike[str] | None = None,
         https: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
         oauth: bool = False,
+        queues: bool = False,
+        _service: str = "table",
     ) -> None:
         if oauth and https is None:
             raise ValueError("Azurite takes bearer tokens over HTTPS only: give https=(cert, key)")
@@ -113,8 +127,16 @@ class AzuriteTable:
         #: Whether bearer tokens are accepted (Azurite checks their claims, not
         #: their signature: for tests of the client's side only).
         self.oauth = oauth
-        self._binary = Path(binary) if binary is not None else _BIN
+        self._service = _service
+        self._binary = Path(binary) if binary is not None else _BINARIES / _SERVICES[_service][0]
         self._location = Path(location) if location is not None else None
+        #: The Queue service beside this Table service (None: not asked for).
+        self.queue: AzuriteTable | None = None
+        if queues:
+            self.queue = AzuriteTable(
+                location=location, startup_timeout=startup_timeout, https=https, oauth=oauth,
+                _service="queue",
+            )  # fmt: skip
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
@@ -138,16 +160,29 @@ class AzuriteTable:
 
     @property
     def connection_string(self) -> str:
+        """The account's connection string: its Table endpoint, and its Queue
+        endpoint when the Queue service runs beside it."""
         scheme = "https" if self.https is not None else "http"
+        queue = f"QueueEndpoint={self.queue.endpoint};" if self.queue is not None else ""
         return (
             f"DefaultEndpointsProtocol={scheme};AccountName={_ACCOUNT};"
-            f"AccountKey={_ACCOUNT_KEY};TableEndpoint={self.endpoint};"
+            f"AccountKey={_ACCOUNT_KEY};TableEndpoint={self.endpoint};{queue}"
         )
 
     def start(self) -> AzuriteTable:
         """Start the service (on the same port as before after a stop) and wait until it answers."""
+        self._start()
+        if self.queue is not None:
+            try:
+                self.queue._start()
+            except BaseException:
+                self._terminate()
+                raise
+        return self
+
+    def _start(self) -> None:
         if self.running:
-            return self
+            return
         if not self._binary.exists():
             raise AzuriteError(
                 f"{self._binary} does not exist; install Azurite with "
@@ -167,7 +202,7 @@ class AzuriteTable:
                 if started:
                     self.port = port
                     atexit.register(self.stop)
-                    return self
+                    return
         except BaseException:
             self._terminate()  # Ctrl-C or a signal during start-up: no orphan
             raise
@@ -175,10 +210,11 @@ class AzuriteTable:
 
     def _spawn(self, port: int) -> tuple[bool, str]:
         assert self._workdir is not None
+        _, host, port_option, _, _ = _SERVICES[self._service]
         args = [
             str(self._binary),
-            "--tableHost", _HOST,
-            "--tablePort", str(port),
+            host, _HOST,
+            port_option, str(port),
             "--skipApiVersionCheck",
             "--disableTelemetry",
             "--silent",
@@ -209,7 +245,7 @@ class AzuriteTable:
             # Our process must still be alive after the answer: an Azurite of
             # someone else's on this port would answer while ours failed to bind.
             cert = self.https[0] if self.https is not None else None
-            if _answers(port, cert) and self._process.poll() is None:
+            if _answers(port, cert, self._service) and self._process.poll() is None:
                 return True, ""
             time.sleep(0.1)
         output = self._log.read_text(errors="replace")[-2000:]
@@ -233,6 +269,8 @@ class AzuriteTable:
 
     def stop(self) -> None:
         """Stop the service; in-memory data is gone, on-disk data stays for a restart."""
+        if self.queue is not None:
+            self.queue._terminate()
         self._terminate()
 
     def restart(self) -> None:
@@ -242,6 +280,8 @@ class AzuriteTable:
 
     def close(self) -> None:
         """Stop the service and remove its working directory."""
+        if self.queue is not None:
+            self.queue.close()
         self.stop()
         atexit.unregister(self.stop)
         if self._workdir is not None:
@@ -329,8 +369,10 @@ def main(argv: list[str] | None = None) -> int:
         sig: signal.signal(sig, _raise_signalled) for sig in (signal.SIGTERM, signal.SIGHUP)
     }
     try:
-        with AzuriteTable(location=args.location) as azurite:
+        with AzuriteTable(location=args.location, queues=True) as azurite:
+            assert azurite.queue is not None
             print(f"azurite: Table service on {azurite.endpoint}", file=sys.stderr)
+            print(f"azurite: Queue service on {azurite.queue.endpoint}", file=sys.stderr)
             if args.serve:
                 return _serve(azurite)
             env = dict(os.environ, **{CONNECTION_STRING_ENV: azurite.connection_string})

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableServiceClient
+from azure.storage.queue import QueueClient
 
 from azurite.launcher import AzuriteTable
 
@@ -50,6 +51,38 @@ def test_azurite_listens_on_loopback_with_telemetry_off() -> None:
         assert args[args.index(b"--tableHost") + 1] == b"127.0.0.1"
         assert b"--disableTelemetry" in args
         assert b"--inMemoryPersistence" in args
+
+
+def test_the_queue_service_runs_beside_on_loopback_and_keeps_messages_on_disk(
+    tmp_path: Path,
+) -> None:
+    with AzuriteTable(location=tmp_path / "data", queues=True) as azurite:
+        assert azurite.queue is not None
+        assert azurite.queue._process is not None
+        args = Path(f"/proc/{azurite.queue._process.pid}/cmdline").read_bytes().split(b"\0")
+        assert args[args.index(b"--queueHost") + 1] == b"127.0.0.1"
+        assert b"--disableTelemetry" in args
+        table_port, queue_port = azurite.port, azurite.queue.port
+        assert queue_port != table_port
+        assert azurite.connection_string.endswith(
+            f";TableEndpoint=http://127.0.0.1:{table_port}/devstoreaccount1;"
+            f"QueueEndpoint=http://127.0.0.1:{queue_port}/devstoreaccount1;"
+        )
+        # One connection string serves both SDKs.
+        tables = TableServiceClient.from_connection_string(azurite.connection_string)
+        tables.create_table("beside").create_entity({"PartitionKey": "p", "RowKey": "r"})
+        queue = QueueClient.from_connection_string(azurite.connection_string, "commands")
+        queue.create_queue()
+        queue.send_message("fire at 7")
+
+        azurite.restart()  # both services, the same ports, the same directory
+
+        assert (azurite.port, azurite.queue.port) == (table_port, queue_port)
+        again = QueueClient.from_connection_string(azurite.connection_string, "commands")
+        [message] = again.receive_messages(visibility_timeout=30)
+        assert message.content == "fire at 7"
+        assert tables.get_table_client("beside").get_entity("p", "r")["RowKey"] == "r"
+    assert azurite.queue._process is None  # stopped with the table service
 
 
 # --- Azurite never outlives the launcher ----------------------------------------------
@@ -183,6 +216,8 @@ def test_serve_prints_the_export_line_and_stops_azurite_on_a_signal(tmp_path: Pa
     line = launcher.stdout.readline()
     assert line.startswith("export STREAMSTONE_CONNECTION_STRING='DefaultEndpointsProtocol=http;")
     connection_string = line.split("'")[1]
+    assert ";QueueEndpoint=http://127.0.0.1:" in connection_string  # both services, one line
+    QueueClient.from_connection_string(connection_string, "served").create_queue()
     service = TableServiceClient.from_connection_string(connection_string)
     service.create_table("served").create_entity({"PartitionKey": "p", "RowKey": "r"})
     port = int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
