@@ -301,13 +301,14 @@ class AzuriteTable:
 
 
 @contextlib.contextmanager
-def account() -> Iterator[str]:
-    """The connection string in ``STREAMSTONE_CONNECTION_STRING``, else a fresh Azurite's."""
+def account(*, queues: bool = False) -> Iterator[str]:
+    """The connection string in ``STREAMSTONE_CONNECTION_STRING``, else a fresh
+    Azurite's (with its Queue service too if ``queues``)."""
     given = os.environ.get(CONNECTION_STRING_ENV)
     if given:
         yield given
         return
-    with AzuriteTable() as azurite:
+    with AzuriteTable(queues=queues) as azurite:
         yield azurite.connection_string
 
 

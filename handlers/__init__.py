@@ -34,11 +34,13 @@ from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
+from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, decode_envelope, encode_envelope
 from ._reading import scan_keys, scan_states
 from ._store import StateStore, StoredVersion
 
 __all__ = [
     "MAX_NESTING",
+    "MAX_QUEUE_MESSAGE_BYTES",
     "DuplicateOutsideWindowError",
     "Handler",
     "HandlerContext",
@@ -56,6 +58,7 @@ __all__ = [
     "Processor",
     "ProcessorStats",
     "Publisher",
+    "QueuePublisher",
     "Receive",
     "ReceiveState",
     "StateStore",
@@ -63,6 +66,8 @@ __all__ = [
     "StoredVersion",
     "TablePublisher",
     "UnreadableStateError",
+    "decode_envelope",
+    "encode_envelope",
     "handler",
     "scan_keys",
     "scan_states",

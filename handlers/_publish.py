@@ -16,7 +16,7 @@ from ._codec import pack
 from ._message import Message
 from ._store import OUTBOX_PREFIX
 
-__all__ = ["InMemoryPublisher", "Publisher", "TablePublisher"]
+__all__ = ["InMemoryPublisher", "Publisher", "TablePublisher", "unique_outputs"]
 
 
 @runtime_checkable
@@ -50,6 +50,20 @@ class InMemoryPublisher:
                 earlier = self.messages.setdefault(message.id, message)
                 if earlier.encode() != message.encode():
                     self.divergent.append((earlier, message))
+
+
+def unique_outputs(messages: Sequence[Message]) -> dict[str, Message]:
+    """The outputs by id, each once; ``ValueError``, before anything is
+    published, if one id comes twice with different content."""
+    unique: dict[str, Message] = {}
+    for message in messages:
+        earlier = unique.setdefault(message.id, message)
+        if earlier is not message and earlier.encode() != message.encode():
+            raise ValueError(
+                f"output id {message.id!r} comes twice with different content "
+                f"({earlier.type!r} and {message.type!r}); nothing was published"
+            )
+    return unique
 
 
 #: Azure Tables' limits that a transaction of published rows meets.
@@ -101,14 +115,7 @@ class TablePublisher:
         """Upsert the outputs, per key in transactions of at most 100 rows and
         about 4 MiB. Raises ``ValueError``, publishing nothing, if one id comes
         twice with different content, or if :meth:`check` refuses one."""
-        rows: dict[str, Message] = {}
-        for message in messages:
-            earlier = rows.setdefault(message.id, message)
-            if earlier is not message and earlier.encode() != message.encode():
-                raise ValueError(
-                    f"output id {message.id!r} comes twice with different content "
-                    f"({earlier.type!r} and {message.type!r}); nothing was published"
-                )
+        rows = unique_outputs(messages)
         for message in rows.values():
             self.check(message)
         by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)

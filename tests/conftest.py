@@ -24,8 +24,9 @@ from tests.helpers import register_raw, wait
 
 @pytest.fixture(scope="session")
 def connection_string() -> Iterator[str]:
-    """Azurite started by the launcher, or the account named in the environment."""
-    with account() as given:
+    """Azurite started by the launcher (its Table and Queue services), or the
+    account named in the environment."""
+    with account(queues=True) as given:
         yield given
 
 

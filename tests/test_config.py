@@ -103,7 +103,7 @@ def test_debug_logs_and_errors_of_a_sas_request_hide_the_token(
     connection_string: str, caplog: pytest.LogCaptureFixture, transport: Transport
 ) -> None:
     # Azurite refuses the forged signature: a real request whose logs and error we can read.
-    endpoint = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    endpoint = connection_string.split("TableEndpoint=")[1].split(";")[0]
     config = TableConfig("nosuchtable", account_url=endpoint, sas_token=SAS, transport=transport)
     client = config.table_client()
     with caplog.at_level(logging.DEBUG), pytest.raises(HttpResponseError) as caught:
@@ -159,7 +159,7 @@ def test_every_logger_at_debug_behind_redact_secrets_shows_no_sas_signature(
     sas = valid_sas(connection_string)
     signature = re.search(r"sig=([^&]+)", sas)
     assert signature is not None
-    endpoint = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    endpoint = connection_string.split("TableEndpoint=")[1].split(";")[0]
     table = "sas" + uuid.uuid4().hex[:8]
     TableConfig(table, connection_string=connection_string).table_client().create_table()
     client = TableConfig(table, account_url=endpoint, sas_token=sas).table_client()

@@ -39,8 +39,8 @@
 # The wheel is built with `python -m build` (pip install build), which needs
 # setuptools and wheel from the package index.
 #
-# The handlers' dependencies (azure-data-tables, azure-identity, msgpack,
-# tenacity, aiohttp) must be on the executors too: install them into the
+# The handlers' dependencies (azure-data-tables, azure-storage-queue, azure-identity,
+# msgpack, tenacity, aiohttp) must be on the executors too: install them into the
 # cluster's Python environment, or ship a packed environment with --archives.
 #
 # Supported Spark versions: 3.5 and 4.x. Runtimes on Spark 3.5 include

@@ -285,7 +285,7 @@ def test_exit_status_3_when_messages_are_left_for_redelivery_and_no_sas_in_debug
     signature = re.search(r"sig=([^&]+)", sas)
     assert signature is not None
     env = {k: v for k, v in os.environ.items() if k != "STREAMSTONE_CONNECTION_STRING"}
-    env["STREAMSTONE_ACCOUNT_URL"] = connection_string.split("TableEndpoint=")[1].rstrip(";")
+    env["STREAMSTONE_ACCOUNT_URL"] = connection_string.split("TableEndpoint=")[1].split(";")[0]
     env["STREAMSTONE_SAS_TOKEN"] = sas
     rows = [
         {"message_id": f"k-{n}", "key": "k", "type": "FireAt", "body": json.dumps({"position": p})}
