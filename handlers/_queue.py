@@ -121,23 +121,27 @@ class QueuePublisher:
     def check(self, message: Message) -> None:
         """Refuse an output this publisher could never send: no valid queue, a
         body JSON cannot hold, or over 64 KiB as sent (base64 of its envelope)."""
-        self.queue_of(message)
-        size = 4 * ((len(encode_envelope(message).encode("utf-8")) + 2) // 3)
+        self._sendable(message)
+
+    def _sendable(self, message: Message) -> tuple[str, str]:
+        """The output's queue and envelope text, once each checked."""
+        queue = self.queue_of(message)
+        text = encode_envelope(message)
+        size = 4 * ((len(text.encode("utf-8")) + 2) // 3)
         if size > MAX_QUEUE_MESSAGE_BYTES:
             raise ValueError(
                 f"output {message.id!r} is {size} bytes as a queue message; a queue "
                 f"message holds at most {MAX_QUEUE_MESSAGE_BYTES}"
             )
+        return queue, text
 
     def publish(self, messages: Sequence[Message]) -> None:
         """Send each output once per call, in order. Raises ``ValueError``,
         sending nothing, if one id comes twice with different content, or if
         :meth:`check` refuses one."""
-        unique = unique_outputs(messages)
-        for message in unique.values():
-            self.check(message)
-        for message in unique.values():
-            self._queue(self.queue_of(message)).send_message(encode_envelope(message))
+        sendable = [self._sendable(m) for m in unique_outputs(messages).values()]
+        for queue, text in sendable:
+            self._queue(queue).send_message(text)
 
     def _queue(self, name: str) -> QueueClient:
         with self._lock:

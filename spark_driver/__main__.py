@@ -16,11 +16,13 @@ docs/spark-pipeline.md, "Exit statuses"):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any, Final, NoReturn
 
@@ -271,21 +273,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
-    interrupted = _watch_ctrl_c()
     status, line = 0, None
+    interrupted = threading.Event()
     try:
-        status = _run(spark, args, settings)
+        with _ctrl_c_sets(interrupted):
+            status = _run(spark, args, settings)
     except ValueError as exc:  # bad input found once Spark read it (e.g. the order column)
         status, line = REFUSED_EXIT, f"error: {exc}"
-    except KeyboardInterrupt:
-        status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
     except Exception as exc:  # Spark's failure, or --fail-fast's stop: one line, status 4
         logging.getLogger("spark_driver").debug("the job failed", exc_info=True)
         status, line = FAILED_EXIT, f"error: {spark_failure(exc)}"
-        if interrupted.is_set():  # Spark cancelled the job for Ctrl-C and said so its way
-            status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
+    except KeyboardInterrupt:
+        interrupted.set()
     finally:
         spark.stop()
+    if interrupted.is_set():  # Spark may tell a job cancelled for Ctrl-C as its failure
+        status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
     if line is not None:  # last, after whatever Spark prints as it stops
         parser.exit(status, f"{parser.prog}: {line}\n")
     return status
@@ -316,11 +319,14 @@ def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     return summary.exit_status
 
 
-def _watch_ctrl_c() -> threading.Event:
-    """Set on Ctrl-C, before PySpark's own handler runs: PySpark cancels the
-    job, and on some versions the job's error, not KeyboardInterrupt, reaches
-    the command."""
-    pressed = threading.Event()
+@contextlib.contextmanager
+def _ctrl_c_sets(pressed: threading.Event) -> Iterator[None]:
+    """Set ``pressed`` on Ctrl-C, then let PySpark's own handler cancel the
+    job: on some versions the job's error, not KeyboardInterrupt, reaches
+    the command. Outside the main thread no handler can be installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     previous = signal.getsignal(signal.SIGINT)
 
     def on_ctrl_c(signum: int, frame: FrameType | None) -> None:
@@ -331,7 +337,10 @@ def _watch_ctrl_c() -> threading.Event:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_ctrl_c)
-    return pressed
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,22 @@ def sent_time(value: object, column: str) -> tuple[str | None, str | None]:
     return sent.astimezone(UTC).isoformat(), None
 
 
+#: A property holds 64 KiB in UTF-16, at most 4 bytes a character: no type
+#: this short can be refused, so only longer ones pay for the check.
+_ALWAYS_STORABLE: Final = 64 * 1024 // 4
+
+
+def _type_refusal(type_: str) -> str | None:
+    """Why a type cannot be stored as a property, or None."""
+    if len(type_) <= _ALWAYS_STORABLE:
+        return None
+    try:
+        check_row({"PartitionKey": "k", "RowKey": "r", "MessageType": type_}, "type")
+    except (ValueError, TypeError) as exc:
+        return f"type cannot be stored: {str(exc).split(': ', 1)[-1]}"
+    return None
+
+
 def parse_row(
     row: Any, handler_accepts: Any, sent_at: str | None = None
 ) -> tuple[Message | None, str | None]:
@@ -148,10 +164,9 @@ def parse_row(
         EventData(id=message_id)
     except (ValueError, TypeError) as exc:
         return None, f"message id cannot be stored: {exc}"
-    try:
-        check_row({"PartitionKey": "k", "RowKey": "r", "MessageType": type_}, "type")
-    except (ValueError, TypeError) as exc:
-        return None, f"type cannot be stored: {str(exc).split(': ', 1)[-1]}"
+    refused = _type_refusal(type_)
+    if refused is not None:
+        return None, refused
     if body is None:
         parsed: Any = None
     elif isinstance(body, bytes | bytearray):

@@ -178,3 +178,30 @@ def test_invalid_json_bodies_are_reported_by_the_pipeline_parser() -> None:
     ok, none = _parse({**row, "body": json.dumps({"position": 3})}, shooting_range.accepts)
     assert none is None
     assert ok == Message("m", "k", "FireAt", {"position": 3})
+
+
+@pytest.mark.parametrize(
+    ("type_", "refused_at"),
+    [
+        ("T" * 32768, None),  # 65,536 bytes in UTF-16: the limit itself
+        ("T" * 32769, 65538),
+        ("\U0001f600" * 16384, None),  # four bytes a character: 65,536 again
+        ("\U0001f600" * 16385, 65540),
+    ],
+    ids=["ascii-limit", "ascii-over", "astral-limit", "astral-over"],
+)
+def test_a_type_one_property_cannot_hold_is_dead_lettered_at_the_exact_limit(
+    type_: str, refused_at: int | None
+) -> None:
+    from spark_driver._rows import parse_row as _parse
+
+    row = {"message_id": "m", "key": "k", "type": type_, "body": None}
+    message, reason = _parse(row, lambda _: True)
+    if refused_at is None:
+        assert (message, reason) == (Message("m", "k", type_), None)
+    else:
+        assert message is None
+        assert reason == (
+            f"type cannot be stored: property 'MessageType' is a string of {refused_at} bytes "
+            "in UTF-16; the limit is 65536"
+        )
