@@ -73,14 +73,16 @@ test-cluster: setup
 	$(PY) -m pytest -m cluster tests/spark/test_cluster.py
 
 # The chaos harness; e.g. `make chaos DURATION=600 THREADS=2 PROCESSES=2 SEED=7`.
+# `make chaos MODE=queue`: on Azurite's Queue service, with QueueConsumer workers.
 DURATION ?= 60
 THREADS ?= 2
 PROCESSES ?= 2
 SEED ?= 1
 RESTARTS ?= 2
+MODE ?= broker
 chaos: setup
 	$(PY) -m tests.chaos --duration $(DURATION) --threads $(THREADS) \
-		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS)
+		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS) --mode $(MODE)
 
 # Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 # The wheel of the three packages, for your own environment or a cluster.

@@ -18,7 +18,8 @@ Errors are listed in :mod:`handlers._errors`.
 
 from ._cache import HeaderCache
 from ._codec import MAX_NESTING
-from ._context import HandlerContext
+from ._consumer import ConsumerStats, PoisonEntry, QueueConsumer
+from ._context import MAX_SCHEDULE_DELAY, HandlerContext
 from ._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
@@ -34,13 +35,21 @@ from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
-from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, decode_envelope, encode_envelope
+from ._queue import (
+    MAX_QUEUE_MESSAGE_BYTES,
+    QueuePublisher,
+    decode_envelope,
+    encode_envelope,
+    read_queue_text,
+)
 from ._reading import scan_keys, scan_states
 from ._store import StateStore, StoredVersion
 
 __all__ = [
     "MAX_NESTING",
     "MAX_QUEUE_MESSAGE_BYTES",
+    "MAX_SCHEDULE_DELAY",
+    "ConsumerStats",
     "DuplicateOutsideWindowError",
     "Handler",
     "HandlerContext",
@@ -55,9 +64,11 @@ __all__ = [
     "Message",
     "NonDeterministicHandlerError",
     "Outcome",
+    "PoisonEntry",
     "Processor",
     "ProcessorStats",
     "Publisher",
+    "QueueConsumer",
     "QueuePublisher",
     "Receive",
     "ReceiveState",
@@ -69,6 +80,7 @@ __all__ = [
     "decode_envelope",
     "encode_envelope",
     "handler",
+    "read_queue_text",
     "scan_keys",
     "scan_states",
 ]

@@ -6,7 +6,7 @@ import hashlib
 import random as _random
 import uuid
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from ._codec import canonical
@@ -23,6 +23,10 @@ NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://streamstone-py/handle
 #: since a message id need only be unique per key. Each stored version records
 #: its scheme, so a duplicate of an older version is replayed with the old one.
 ID_SCHEME: Final = 2
+#: The longest a message may be scheduled ahead: Azure Storage Queues hide a
+#: message for at most seven days, and a handler should run the same whatever
+#: publisher its outputs go to.
+MAX_SCHEDULE_DELAY: Final = timedelta(days=7)
 
 
 class HandlerContext:
@@ -38,6 +42,7 @@ class HandlerContext:
     - :meth:`now`: the time of the first processing.
     - :meth:`capture`: any other environmental value, taken once and replayed.
     - :meth:`publish`: an output message (its id is derived too, unless given).
+    - :meth:`schedule`: an output message due later (a timer).
     """
 
     def __init__(
@@ -110,15 +115,66 @@ class HandlerContext:
         headers: Mapping[str, str] | None = None,
     ) -> Message:
         """Queue an output message; it is published after the new state is stored."""
+        return self._output(type, body, key, id, headers, None)
+
+    def _output(
+        self,
+        type: str,
+        body: Any,
+        key: str | None,
+        id: str | None,
+        headers: Mapping[str, str] | None,
+        due: datetime | None,
+    ) -> Message:
         output = Message(
             id=id if id is not None else self.new_id(),
             key=key if key is not None else self.message.key,
             type=type,
             body=body,
             headers=headers or {},
+            due=due,
         )
         self._outputs.append(output)
         return output
+
+    def schedule(
+        self,
+        type: str,
+        body: Any = None,
+        *,
+        after: timedelta | None = None,
+        at: datetime | None = None,
+        key: str | None = None,
+        id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Message:
+        """Queue an output message due ``after`` the message's :meth:`now`, or
+        ``at`` an instant: a timer, such as a payment timeout.
+
+        Its ``due`` derives from :meth:`now`, so a duplicate schedules the same
+        message for the same instant. Publishers deliver it no earlier than
+        that; a file output carries the instant. At most seven days ahead
+        (:data:`MAX_SCHEDULE_DELAY`); a due in the past means at once.
+        """
+        if (after is None) == (at is None):
+            raise ValueError("schedule needs exactly one of after= or at=")
+        if after is not None:
+            if not isinstance(after, timedelta):
+                raise TypeError(f"after must be a timedelta, got {after!r}")
+            if after < timedelta(0):
+                raise ValueError(f"after must not be negative, got {after}")
+            due = self._now + after
+        else:
+            if not isinstance(at, datetime) or at.utcoffset() is None:
+                raise ValueError(f"at must be a datetime with a time zone, got {at!r}")
+            due = at
+        if due - self._now > MAX_SCHEDULE_DELAY:
+            raise ValueError(
+                f"cannot schedule {type!r} {due - self._now} ahead (due {due.isoformat()}): "
+                f"at most {MAX_SCHEDULE_DELAY.days} days, the longest Azure Storage Queues "
+                "hide a message"
+            )
+        return self._output(type, body, key, id, headers, due)
 
     @property
     def outputs(self) -> tuple[Message, ...]:

@@ -144,6 +144,7 @@ def _output(message: Message) -> dict[str, Any]:
         "type": message.type,
         "body": unpack(pack(message.body)),
         "headers": dict(sorted(message.headers.items())),
+        "due": None if message.due is None else message.due.isoformat(),
     }
 
 
@@ -172,7 +173,7 @@ def _differences(message_id: str, run: str, first: _Run, other: _Run) -> list[Di
     if len(first.outputs) != len(other.outputs):
         found.append(("outputs length", len(first.outputs), len(other.outputs)))
     for i, (a, b) in enumerate(zip(first.outputs, other.outputs, strict=False)):
-        for name in ("id", "key", "type", "body", "headers"):
+        for name in ("id", "key", "type", "body", "headers", "due"):
             found.extend(_compare(f"outputs[{i}].{name}", a[name], b[name]))
     return [Difference(message_id, run, path, a, b) for path, a, b in found]
 

@@ -16,6 +16,7 @@ from ._message import Message
 from ._store import StoredVersion
 
 __all__ = [
+    "ConsumerStats",
     "Dispatch",
     "Found",
     "KeyState",
@@ -96,7 +97,7 @@ class Outcome:
 
 @dataclass(slots=True)
 class ProcessorStats:
-    """Counters since the processor was made (single-threaded use per processor)."""
+    """Counters since the processor was made (it updates them under a lock)."""
 
     messages: int = 0
     completed: int = 0
@@ -117,6 +118,32 @@ class ProcessorStats:
             self.abandoned += 1
         else:
             self.faulted += 1
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    """What a consumer did to the queue messages it received."""
+
+    received: int = 0
+    #: Processed, then deleted.
+    completed: int = 0
+    #: Recognised as a duplicate (outputs published again), then deleted.
+    duplicates: int = 0
+    #: A handler failed: visible again after a backoff.
+    abandoned: int = 0
+    #: In doubt (lock lost, or storage failed): the message will come again.
+    faulted: int = 0
+    #: The faults that were a lost lock: a delete, renewal or release refused
+    #: because the pop receipt no longer held.
+    lost_locks: int = 0
+    #: Moved to the poison queue.
+    poisoned: int = 0
+    #: Locks extended for work that outlasted half the timeout.
+    renewed: int = 0
+    #: Scheduled messages received before they were due, hidden again until then.
+    deferred: int = 0
+    #: Pages :meth:`QueueConsumer.run` lost to a storage error (it carried on).
+    receive_errors: int = 0
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ strategies do differently, ``_retention`` removes old versions.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -105,6 +106,8 @@ class Processor(KeyReader[S]):
     (when smaller); reads take both forms, whatever the setting.
     ``max_batch``: a :meth:`process_batch` of more messages is folded,
     written and published in consecutive chunks of at most this many.
+
+    Threads may call :meth:`process_batch` at once if the publisher is thread-safe.
     """
 
     def __init__(
@@ -146,6 +149,7 @@ class Processor(KeyReader[S]):
         self.store = store or StateStore(table, handler.name, self.retry, compression)
         self.cache = cache
         self.stats = ProcessorStats()
+        self._counting = threading.Lock()  # keys may be processed from several threads
         self._strategy = strategy_of(strategy, Replayer(handler, self.store), dispatch)
 
     @property
@@ -208,7 +212,8 @@ class Processor(KeyReader[S]):
             if message.key != key:
                 raise ValueError(f"message {message.id!r} has key {message.key!r}, not {key!r}")
         partition = self.store.partition(key)  # ValueError for a key the table cannot store
-        self.stats.messages += len(messages)
+        with self._counting:
+            self.stats.messages += len(messages)
         outcomes: list[Outcome] = []
         stopped: Outcome | None = None
         for start in range(0, len(messages), self.max_batch):
@@ -269,7 +274,8 @@ class Processor(KeyReader[S]):
                 if header.refused(exc.current):
                     continue  # the guess was stale: not a rival's conflict
                 conflicts += 1
-                self.stats.conflicts_retried += 1
+                with self._counting:
+                    self.stats.conflicts_retried += 1
                 if conflicts >= self.max_attempts:
                     raise
                 time.sleep(self.retry.delay(conflicts))
@@ -303,8 +309,9 @@ class Processor(KeyReader[S]):
     ) -> list[Outcome]:
         steps = plan.steps if plan is not None else [Step(m, "faulted") for m in messages]
         outcomes = [outcome_of(step, fault) for step in steps]
-        for outcome in outcomes:
-            self.stats.count(outcome)
+        with self._counting:
+            for outcome in outcomes:
+                self.stats.count(outcome)
         return outcomes
 
     # --- retention ------------------------------------------------------------------

@@ -17,9 +17,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from azure.core.exceptions import ResourceExistsError
@@ -28,10 +30,18 @@ from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64Encod
 from ._message import Message
 from ._publish import unique_outputs
 
-__all__ = ["MAX_QUEUE_MESSAGE_BYTES", "QueuePublisher", "decode_envelope", "encode_envelope"]
+__all__ = [
+    "MAX_QUEUE_MESSAGE_BYTES",
+    "QueuePublisher",
+    "decode_envelope",
+    "encode_envelope",
+    "read_queue_text",
+]
 
 #: Azure Storage Queues' limit of one message's text, as sent (base64 here).
 MAX_QUEUE_MESSAGE_BYTES: Final = 64 * 1024
+#: The longest a queue message can stay hidden, in seconds (seven days).
+_MAX_DELAY: Final = 7 * 24 * 3600
 #: Azure's rule for queue names: 3 to 63 lowercase letters, digits and single
 #: hyphens, starting and ending with a letter or digit.
 _QUEUE_NAME: Final = re.compile(r"(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*")
@@ -61,6 +71,8 @@ def encode_envelope(message: Message) -> str:
         "body": message.body,
         "headers": dict(message.headers),
     }
+    if message.due is not None:
+        envelope["due"] = message.due.isoformat()
     try:
         return json.dumps(
             envelope, default=_to_json, allow_nan=False, ensure_ascii=False,
@@ -70,16 +82,54 @@ def encode_envelope(message: Message) -> str:
         raise ValueError(f"output {message.id!r} cannot travel as JSON: {exc}") from None
 
 
-def decode_envelope(text: str) -> Message:
-    """The message of an envelope's JSON text; ``ValueError`` naming what is wrong."""
+def decode_envelope(text: str, *, default_id: str | None = None) -> Message:
+    """The message of an envelope's JSON text; ``ValueError`` naming what is wrong.
+
+    ``default_id`` stands for an envelope without ``id`` (a queue consumer
+    passes the queue message's own id: it then tells redeliveries of one queue
+    message apart from new ones, but not a producer's second send)."""
     try:
         envelope = json.loads(text, object_hook=_from_json)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"not a message envelope: {exc}") from None
-    if not isinstance(envelope, dict) or not {"id", "key", "type"} <= set(envelope):
-        raise ValueError("not a message envelope: it needs id, key and type")
+    if not isinstance(envelope, dict):
+        raise ValueError(f"not a message envelope: a JSON {type(envelope).__name__}, not an object")
+    if "id" not in envelope and default_id is not None:
+        envelope["id"] = default_id
+    missing = [name for name in ("id", "key", "type") if name not in envelope]
+    if missing:
+        raise ValueError(f"not a message envelope: it has no {' and no '.join(missing)}")
     headers = envelope.get("headers") or {}
-    return Message(envelope["id"], envelope["key"], envelope["type"], envelope.get("body"), headers)
+    try:
+        due = envelope.get("due")
+        if due is not None:
+            if not isinstance(due, str):
+                raise ValueError(f"due must be ISO-8601 text, got {due!r}")
+            due = datetime.fromisoformat(due)
+        return Message(
+            envelope["id"], envelope["key"], envelope["type"], envelope.get("body"), headers, due
+        )
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a message envelope: {exc}") from None
+
+
+def read_queue_text(text: str, *, default_id: str | None = None) -> Message:
+    """The message a queue message's text carries: base64 of a JSON envelope
+    (what :class:`QueuePublisher` and Azure Functions send), or the envelope
+    as plain text. ``ValueError`` says why neither reads."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+        decoded: str | None = raw.decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        decoded = None  # not base64 of UTF-8 text: plain text, then
+    if decoded is not None and decoded.lstrip()[:1] == "{":
+        return decode_envelope(decoded, default_id=default_id)
+    if text.lstrip()[:1] != "{":
+        raise ValueError(
+            f"queue message text is neither base64 of a JSON envelope nor a JSON envelope: "
+            f"{text[:60]!r}"
+        )
+    return decode_envelope(text, default_id=default_id)
 
 
 class QueuePublisher:
@@ -94,9 +144,15 @@ class QueuePublisher:
     """
 
     def __init__(
-        self, service: QueueServiceClient, route: Route, *, default: str | None = None
+        self,
+        service: QueueServiceClient,
+        route: Route,
+        *,
+        default: str | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.service = service
+        self.clock = clock
         self.route = route
         self.default = default
         self._queues: dict[str, QueueClient] = {}
@@ -139,9 +195,17 @@ class QueuePublisher:
         """Send each output once per call, in order. Raises ``ValueError``,
         sending nothing, if one id comes twice with different content, or if
         :meth:`check` refuses one."""
-        sendable = [self._sendable(m) for m in unique_outputs(messages).values()]
-        for queue, text in sendable:
-            self._queue(queue).send_message(text)
+        outputs = unique_outputs(messages).values()
+        sendable = [(m, *self._sendable(m)) for m in outputs]
+        for message, queue, text in sendable:
+            if message.due is None:
+                self._queue(queue).send_message(text)
+                continue
+            # Hidden until due; then it lives as long as any other message would.
+            delay = min(_MAX_DELAY, max(0, math.ceil((message.due - self.clock()).total_seconds())))
+            self._queue(queue).send_message(
+                text, visibility_timeout=delay, time_to_live=delay + _MAX_DELAY
+            )
 
     def _queue(self, name: str) -> QueueClient:
         with self._lock:

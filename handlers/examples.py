@@ -1,24 +1,42 @@
-"""The seed's example handlers: ShootingRange and LeaderBoard.
+"""Example handlers: the seed's ShootingRange and LeaderBoard, and Orders.
 
 ShootingRange (one state per game): ``StartNewRound`` places the target at a
 random position; ``FireAt`` at the target publishes ``Hit``, elsewhere
 ``Missed``; after ``MAX_ATTEMPTS`` shots the target moves to a position from
 ``context.random()``. LeaderBoard (one state per game) counts the ``Hit`` and
 ``Missed`` messages ShootingRange publishes.
+
+Orders (one state per order) shows a timer: ``PlaceOrder`` schedules a
+``PaymentTimeout`` (``PAYMENT_TIMEOUT`` later, or the order's own
+``pay_within_seconds``); ``PayOrder`` pays a placed order (``OrderPaid``);
+the timeout cancels an order still unpaid (``OrderCancelled``) and does
+nothing once it is paid.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from ._context import HandlerContext
 from ._handler import handler
 from ._message import Message
 
-__all__ = ["MAX_ATTEMPTS", "LeaderBoard", "ShootingRange", "leader_board", "shooting_range"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "PAYMENT_TIMEOUT",
+    "LeaderBoard",
+    "Order",
+    "ShootingRange",
+    "leader_board",
+    "orders",
+    "shooting_range",
+]
 
 MAX_ATTEMPTS = 3
 POSITIONS = 100
+#: How long an order waits for its payment, unless it says otherwise.
+PAYMENT_TIMEOUT = timedelta(minutes=15)
 
 
 @dataclass
@@ -69,3 +87,29 @@ def leader_board(state: LeaderBoard, message: Message, ctx: HandlerContext) -> N
         state.players[player] = state.players.get(player, 0) + 1
     else:
         state.misses += 1
+
+
+@dataclass
+class Order:
+    #: "new", then "placed", then "paid" or "cancelled".
+    status: str = "new"
+    amount: int = 0
+
+
+@handler("Orders", Order, types=["PlaceOrder", "PayOrder", "PaymentTimeout"])
+def orders(state: Order, message: Message, ctx: HandlerContext) -> None:
+    body = message.body or {}
+    if message.type == "PlaceOrder":
+        if state.status != "new":
+            return  # placed once: a second PlaceOrder changes nothing
+        state.status, state.amount = "placed", int(body.get("amount", 0))
+        wait = body.get("pay_within_seconds")
+        after = PAYMENT_TIMEOUT if wait is None else timedelta(seconds=wait)
+        ctx.schedule("PaymentTimeout", {"order": message.key}, after=after)
+    elif message.type == "PayOrder":
+        if state.status == "placed":
+            state.status = "paid"
+            ctx.publish("OrderPaid", {"order": message.key, "amount": state.amount})
+    elif state.status == "placed":  # PaymentTimeout, and no payment came first
+        state.status = "cancelled"
+        ctx.publish("OrderCancelled", {"order": message.key, "amount": state.amount})

@@ -14,7 +14,14 @@ from typing import Any, Literal
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from handlers import (
     DuplicateOutsideWindowError,
@@ -65,6 +72,8 @@ RESULT_SCHEMA = StructType(
         StructField("conflicts", IntegerType()),
         StructField("requests", LongType()),
         StructField("source_key", StringType()),
+        # An output's due time, when its handler scheduled it (``ctx.schedule``).
+        StructField("due", TimestampType()),
     ]
 )
 _COLUMNS = RESULT_SCHEMA.fieldNames()
@@ -138,7 +147,7 @@ def _output_rows(key: str, outcome: Outcome) -> Iterator[tuple[Any, ...]]:
     for out in outcome.outputs:
         yield result_row(
             OUTPUT, message_id=out.id, key=out.key, type=out.type, body=body_json(out.body),
-            source_message_id=outcome.message_id, source_key=key,
+            source_message_id=outcome.message_id, source_key=key, due=out.due,
         )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ SPARK_LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
 BUILTIN_HANDLERS = {
     "shooting_range": "handlers.examples:shooting_range",
     "leader_board": "handlers.examples:leader_board",
+    "orders": "handlers.examples:orders",
 }
 
 

@@ -222,7 +222,7 @@ class JobResult:
         kind = F.col("kind")
         outputs = (
             results.where(kind == OUTPUT)
-            .select("message_id", "key", "type", "body", "source_message_id", "source_key")
+            .select("message_id", "key", "type", "body", "source_message_id", "source_key", "due")
             .dropDuplicates(["message_id"])
         )
         # A dead letter's body column holds its raw input, to fix and send again.

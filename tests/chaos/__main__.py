@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from .harness import ChaosConfig, run
+from .queue_mode import QueueChaosConfig, run_queue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,25 @@ def main(argv: list[str] | None = None) -> int:
         default="wire",
         help="the workers' runner (mixed: wire on even workers, the SDK on odd ones)",
     )
+    parser.add_argument(
+        "--mode",
+        choices=["broker", "queue"],
+        default="broker",
+        help="broker: a simulated broker over a shuffled log (every fault point); queue: "
+        "Azurite's Queue service, consumers with short locks, killed worker processes",
+    )
     args = parser.parse_args(argv)
+    if args.mode == "queue":
+        queue_config = QueueChaosConfig(
+            seed=args.seed,
+            duration=args.duration or 60.0,
+            processes=args.processes,
+            keys=args.keys,
+            restarts=args.restarts,
+        )
+        queue_report = run_queue(queue_config)
+        print(queue_report.table())
+        return 1 if queue_report.violations else 0
     config = ChaosConfig(
         seed=args.seed,
         duration=args.duration,

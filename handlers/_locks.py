@@ -1,0 +1,143 @@
+"""Queue messages in hand: their pop receipts, their locks, and the renewal
+that keeps a lock for work that outlasts it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
+from azure.storage.queue import QueueClient, QueueMessage
+
+__all__ = ["Held", "LockRenewal", "lost_lock", "signals_call", "text_of"]
+
+_log = logging.getLogger(__name__)
+
+
+class Held:
+    """A queue message in hand: its newest pop receipt, and whether its lock holds."""
+
+    __slots__ = ("count", "done", "id", "lock", "lost", "pop_receipt", "renew_at", "text")
+
+    def __init__(self, received: QueueMessage, text: str, renew_at: float) -> None:
+        self.id: str = received.id
+        self.pop_receipt: str = received.pop_receipt or ""
+        self.count: int = received.dequeue_count or 1
+        self.text = text
+        self.renew_at = renew_at
+        self.lock = threading.Lock()  # a renewal and the final delete never cross
+        self.done = False
+        self.lost: str | None = None
+
+    def backoff(self, first: timedelta, most: timedelta) -> int:
+        """Seconds to hide it after a failure: ``first``, doubled per receive, to ``most``."""
+        seconds = first.total_seconds() * (1 << min(self.count - 1, 30))
+        return math.ceil(min(seconds, most.total_seconds()))
+
+
+def lost_lock(exc: HttpResponseError) -> bool:
+    """The service refused the pop receipt: the message is another receive's now."""
+    return isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404)
+
+
+def text_of(content: Any) -> str | None:
+    """A queue message's text (None: bytes that are not UTF-8)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, bytes | bytearray):
+        try:
+            return bytes(content).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return None if content is None else str(content)
+
+
+class LockRenewal:
+    """Extends the lock of each message in hand once half of it has run out."""
+
+    def __init__(
+        self, queue: QueueClient, visibility_timeout: int, on_renewed: Callable[[], None]
+    ) -> None:
+        self.queue = queue
+        self.visibility_timeout = visibility_timeout
+        self.on_renewed = on_renewed
+        self._in_hand: dict[str, Held] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, held: Held) -> None:
+        with self._lock:
+            self._in_hand[held.id] = held
+
+    def drop(self, message_id: str) -> None:
+        with self._lock:
+            self._in_hand.pop(message_id, None)
+
+    @contextlib.contextmanager
+    def running(self, enabled: bool = True) -> Iterator[None]:
+        """Renewing while inside (if ``enabled``)."""
+        if not enabled:
+            yield
+            return
+        done = threading.Event()
+        renewer = threading.Thread(target=self._loop, args=(done,), daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            done.set()
+            renewer.join()
+
+    def _loop(self, done: threading.Event) -> None:
+        tick = min(1.0, self.visibility_timeout / 6)
+        while not done.wait(tick):
+            now = time.monotonic()
+            with self._lock:
+                due = [h for h in self._in_hand.values() if h.renew_at <= now]
+            for held in due:
+                self._renew(held)
+
+    def _renew(self, held: Held) -> None:
+        with held.lock:
+            if held.done or held.lost is not None:
+                return
+            try:
+                updated: Any = self.queue.update_message(
+                    held.id, held.pop_receipt, visibility_timeout=self.visibility_timeout
+                )
+            except AzureError as exc:
+                if isinstance(exc, HttpResponseError) and lost_lock(exc):
+                    held.lost = f"lock lost before a renewal: {exc.message}"
+                else:  # try again on the next tick
+                    _log.warning("message %r: renewal failed: %s", held.id, exc)
+                return
+            held.pop_receipt = updated.pop_receipt or held.pop_receipt
+            held.renew_at = time.monotonic() + self.visibility_timeout / 2
+        self.on_renewed()
+
+
+@contextlib.contextmanager
+def signals_call(stop: Callable[[], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT call ``stop`` (on the main thread;
+    elsewhere nothing changes). The previous handlers come back on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        _log.info("signal %d: stopping after the messages in hand", signum)
+        stop()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
