@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import random
 import signal
@@ -79,6 +80,8 @@ class QueueReport:
     poisoned_stored: int = 0
     kills: int = 0
     restarts: int = 0
+    #: What the workers that stopped gracefully counted (killed ones cannot tell).
+    consumers: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
 
     def table(self) -> str:
@@ -92,6 +95,10 @@ class QueueReport:
             ("poison entries", f"{self.poisoned}"),
             ("  of them for a stored message (crashed receives)", f"{self.poisoned_stored}"),
             ("workers killed", f"{self.kills}"),
+            *(
+                (f"  stopped workers' {name.replace('_', ' ')}", f"{self.consumers[name]}")
+                for name in ("lost_locks", "renewed", "abandoned", "faulted", "duplicates")
+            ),
             ("Azurite restarts", f"{self.restarts}"),
             ("violations", f"{len(self.violations)}"),
         ]
@@ -172,7 +179,9 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
         service.create_queue(out_name)
         table = WireTableClient.from_connection_string(connection, table_name)
         table.create_table()
-        env = {**os.environ, "STREAMSTONE_CONNECTION_STRING": connection}
+        stats_file = os.path.join(data, "consumer-stats.jsonl")
+        env = {**os.environ, "STREAMSTONE_CONNECTION_STRING": connection,
+               "CHAOS_STATS": stats_file}  # fmt: skip
         workers = _Workers(config, env, [table_name, in_name, out_name])
         for _ in range(config.processes):
             workers.start()
@@ -221,6 +230,9 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
                 time.sleep(1)
         finally:
             workers.stop()
+        with contextlib.suppress(FileNotFoundError), open(stats_file) as lines:
+            for line in lines:
+                report.consumers.update(json.loads(line))
         report.messages, report.garbage = len(sent), len(garbage)
         _check(report, sent, garbage, table, service, in_name, out_name)
         table.close()

@@ -9,6 +9,8 @@ Some handler runs outlast the lock (``VISIBILITY`` seconds): with ``RENEW``
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 import random
@@ -54,7 +56,11 @@ def main() -> None:
         backoff=timedelta(seconds=1), max_backoff=timedelta(seconds=4),
     )  # fmt: skip
     with consumer.stop_on_signals():
-        consumer.run(idle_wait=0.2)
+        stats = consumer.run(idle_wait=0.2)
+    report = os.environ.get("CHAOS_STATS")
+    if report:  # a worker that stops gracefully tells what it saw (a killed one cannot)
+        with open(report, "a") as out:
+            out.write(json.dumps(dataclasses.asdict(stats)) + "\n")
 
 
 if __name__ == "__main__":

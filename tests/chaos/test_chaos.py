@@ -309,3 +309,20 @@ def test_read_back_finds_the_kept_versions_of_a_long_truncated_stream(table: Tab
     assert [(v, m) for v, m, _ in found.events] == [(1004, "m1004"), (1005, "m1005")]
     assert found.leftovers == []
     assert found.id_rows == {"m1004": 1004, "m1005": 1005}
+
+
+@pytest.mark.timeout(300)
+def test_queue_mode_settles_with_no_violation() -> None:
+    """The queue mode, short: real queues, killed workers, lost locks, a restart."""
+    from .queue_mode import QueueChaosConfig, run_queue
+
+    report = run_queue(
+        QueueChaosConfig(seed=SEED, duration=12, processes=2, keys=6, restarts=1, kill_every=3)
+    )
+    print(report.table())
+    assert report.violations == []
+    assert report.restarts == 1
+    assert report.kills >= 3
+    assert report.stored > 0
+    assert report.output_copies > report.outputs  # duplicates published their outputs again
+    assert report.poisoned >= report.garbage
