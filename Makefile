@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup wheel azurite demo demo-outbox test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup wheel azurite demo demo-outbox demo-queue test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -33,6 +33,11 @@ demo: setup
 
 demo-outbox: setup
 	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo --strategy outbox
+
+# The workload sent to a queue, a Spark job with a continuous trigger killed halfway
+# and started again, then the exactly-once check (PySpark 4: the queue source).
+demo-queue: setup
+	$(PY) -m azurite.launcher -- $(PY) -m spark_driver.demo_queue
 
 lint: setup
 	$(PY) -m ruff check .

@@ -13,6 +13,8 @@ token or a managed identity); see :class:`JobSettings`.
 
 from ._input import INPUT_SCHEMA, read_messages
 from ._job import process_messages, run_batch, write_result
+from ._queue_stream import QueueSourceUnavailable, read_queue, register_queue_source, run_queue
+from ._queues import Delivery, OutputRoute
 from ._session import session
 from ._settings import JobSettings, parse_duration, resolve_handler
 from ._states import read_history, read_states
@@ -22,8 +24,11 @@ from ._summary import JobResult, Summary, Unsettled
 __all__ = [
     "INPUT_SCHEMA",
     "METRICS",
+    "Delivery",
     "JobResult",
     "JobSettings",
+    "OutputRoute",
+    "QueueSourceUnavailable",
     "Summary",
     "Unsettled",
     "parse_duration",
@@ -31,9 +36,12 @@ __all__ = [
     "process_stream",
     "read_history",
     "read_messages",
+    "read_queue",
     "read_states",
+    "register_queue_source",
     "resolve_handler",
     "run_batch",
+    "run_queue",
     "run_stream",
     "session",
     "write_result",

@@ -11,6 +11,10 @@ docs/spark-pipeline.md, "Exit statuses"):
 - 4 (``FAILED_EXIT``): the job stopped: ``--fail-fast`` met an abandoned or
   faulted message, or Spark failed;
 - 130: interrupted (Ctrl-C).
+
+With ``--trigger`` a stream runs until SIGTERM or Ctrl-C, which let the
+micro-batch in progress finish; the statuses are then those above (a second
+Ctrl-C interrupts: 130).
 """
 
 from __future__ import annotations
@@ -20,21 +24,24 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 from ._checks import (
     Refused,
     check_input,
+    check_queue,
     check_table,
     check_writable_dir,
     note_replaced_output,
     spark_failure,
 )
-from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER, SPARK_LOG_LEVELS
+from ._options import Parser, build_parser
+from ._settings import BUILTIN_HANDLERS, LOCAL_MASTER
 
 #: A job that stopped: ``--fail-fast`` met an unsettled message, or Spark failed.
 FAILED_EXIT: Final = 4
@@ -42,23 +49,6 @@ FAILED_EXIT: Final = 4
 REFUSED_EXIT: Final = 2
 #: Interrupted (Ctrl-C), as shells report a SIGINT.
 INTERRUPTED_EXIT: Final = 130
-
-
-class _Parser(argparse.ArgumentParser):
-    """Refusals as one line on stderr and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-class _Help(argparse.HelpFormatter):
-    """Each option's default in its help, unless there is none to state."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
-            return text
-        return f"{text} (default: %(default)s)".lstrip()
 
 
 def _workers_import_from(spec: str) -> None:
@@ -78,134 +68,7 @@ def _workers_import_from(spec: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m spark_driver")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser(
-        "run",
-        help="process a batch of messages (or, with --stream, a directory as a stream)",
-        description="Credentials come from the environment only: STREAMSTONE_CONNECTION_STRING, "
-        "or STREAMSTONE_ACCOUNT_URL with STREAMSTONE_SAS_TOKEN or a managed identity. "
-        "Exit status: 0 if every message is completed, a duplicate or dead-lettered; "
-        "2 if refused before any work; 3 if any is abandoned or faulted (deliver the input "
-        "again); 4 if the job stopped (--fail-fast, or Spark failed); 130 if interrupted.",
-        formatter_class=_Help,
-    )
-    run.add_argument("--input", required=True, help="input file or directory")
-    run.add_argument(
-        "--output",
-        required=True,
-        help="output directory; a batch run replaces the results of an earlier run there",
-    )
-    run.add_argument(
-        "--input-format", choices=["json", "parquet"], default="json", help="JSON lines or Parquet"
-    )
-    run.add_argument(
-        "--output-format", choices=["parquet", "json"], default="parquet", help="of every part"
-    )
-    run.add_argument("--table", default="handlerstate", help="table of the handler's state")
-    run.add_argument(
-        "--no-create-table",
-        action="store_true",
-        help="refuse to run if the table is missing (by default it is created)",
-    )
-    run.add_argument(
-        "--account-url",
-        help="storage account URL (sets STREAMSTONE_ACCOUNT_URL; secrets only ever from the "
-        "environment)",
-    )
-    builtins = ", ".join(BUILTIN_HANDLERS)
-    run.add_argument("--handler", default="shooting_range",
-                     help=f"{builtins}, or package.module:attribute")  # fmt: skip
-    run.add_argument(
-        "--strategy", choices=["state", "outbox"], default="state",
-        help="state versions per message, or an outbox of outputs",
-    )  # fmt: skip
-    run.add_argument(
-        "--partitions", type=int, default=8, help="Spark partitions the keys are spread over"
-    )
-    run.add_argument("--order-by", help="column that orders messages within a key")
-    run.add_argument(
-        "--sent-at",
-        metavar="COLUMN",
-        help="column with each message's sent time (a timestamp, or ISO-8601 text with a "
-        "zone, e.g. a broker's enqueued time): with retention, a message sent before what "
-        "it removed is dead-lettered as late instead of applied again",
-    )
-    run.add_argument(
-        "--concurrency",
-        type=int,
-        default=8,
-        help="keys in flight at once inside each task (one thread each; 1: one key at a time)",
-    )
-    run.add_argument(
-        "--keep-last",
-        type=int,
-        metavar="N",
-        help="after each key's batch, remove its versions but the last N (the ones the batch "
-        "touched always stay); duplicates of removed versions are no longer recognised",
-    )
-    run.add_argument(
-        "--retain-for",
-        metavar="DURATION",
-        help="after each key's batch, remove its versions processed longer ago than this "
-        "(7d, 36h, 1h30m, 90s); with --keep-last a version stays if either keeps it",
-    )
-    run.add_argument(
-        "--retain-at-least",
-        type=int,
-        default=1,
-        metavar="N",
-        help="cut a key only once N versions can go (fewer, larger cuts: retention's "
-        "requests come once per cut instead of once per batch)",
-    )
-    run.add_argument(
-        "--compression",
-        choices=["zlib"],
-        help="store new states and outbox outputs compressed (default: as they are; "
-        "either form reads back)",
-    )
-    run.add_argument(
-        "--transport",
-        choices=["wire", "sdk"],
-        default="wire",
-        help="how storage requests travel: spoken by the engine over HTTP, or through "
-        "azure-data-tables (the reference)",
-    )
-    run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
-    run.add_argument(
-        "--master",
-        help=f"Spark master (default: the one spark-submit set, else {LOCAL_MASTER})",
-    )
-    run.add_argument(
-        "--stream",
-        action="store_true",
-        help="treat --input as a directory stream: process the files new since the "
-        "checkpoint, one micro-batch each under OUTPUT/batch=N, then exit",
-    )
-    run.add_argument("--checkpoint", help="checkpoint directory (streaming)")
-    run.add_argument(
-        "--max-files-per-trigger",
-        type=int,
-        metavar="N",
-        help="at most N new files per micro-batch (streaming; default: all)",
-    )
-    run.add_argument(
-        "--log-level",
-        default="WARNING",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="Python logging level on the driver (the Azure SDK logs requests at DEBUG)",
-    )
-    run.add_argument(
-        "--spark-log-level",
-        default="ERROR",
-        choices=list(SPARK_LOG_LEVELS),
-        help="Spark's own (JVM) log level, from the JVM's start when this command starts it",
-    )
-    run.add_argument("--explain", action="store_true", help="print the Spark plan of the outputs")
-    demo_command = commands.add_parser(
-        "demo", help="the ShootingRange demo: twice over the same input"
-    )
-    demo_command.add_argument("--strategy", choices=["state", "outbox"], default="state")
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -223,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--concurrency must be >= 1, got {args.concurrency}")
     if args.stream and not args.checkpoint:
         parser.error("--stream needs --checkpoint")
+    _queue_options(parser, args)
     if args.max_files_per_trigger is not None:
-        if not args.stream:
-            parser.error("--max-files-per-trigger needs --stream")
+        if not args.stream or args.queue is not None:
+            parser.error("--max-files-per-trigger needs --stream (a file stream)")
         if args.max_files_per_trigger < 1:
             parser.error(f"--max-files-per-trigger must be >= 1, got {args.max_files_per_trigger}")
     if args.keep_last is not None and args.keep_last < 0:
@@ -250,11 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.account_url:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     try:
-        check_input(args.input, args.input_format)
+        if args.queue is None:
+            check_input(args.input, args.input_format)
         check_writable_dir("--output", args.output)
         check_writable_dir("--checkpoint", args.checkpoint)
         check_table(args.table, create=not args.no_create_table)
-        note_replaced_output(args.output, args.stream)
+        for option, queue in args.queues_used:
+            check_queue(option, queue)
+        note_replaced_output(args.output, args.stream or args.queue is not None)
     except Refused as exc:
         parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
     settings = JobSettings(
@@ -290,33 +157,120 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted.is_set():  # Spark may tell a job cancelled for Ctrl-C as its failure
         status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
     if line is not None:  # last, after whatever Spark prints as it stops
+        if argv is None:  # the command itself, not a caller that keeps its JVM
+            _jvm_ended()
         parser.exit(status, f"{parser.prog}: {line}\n")
     return status
+
+
+def _jvm_ended() -> None:
+    """End the JVM this command started, and wait for it: an interrupted job's
+    threads may print as it goes down, and the command's line comes last."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.stdin is None:  # a JVM that spark-submit started
+        return
+    proc.stdin.close()  # the gateway exits when its standard input closes
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
+def _queue_options(parser: Parser, args: argparse.Namespace) -> None:
+    """``--input queue:NAME``, ``--output-queue`` and ``--trigger``, checked and
+    parsed onto ``args`` (``queue``, ``route``, ``every``, ``queues_used``)."""
+    from ._queue_config import check_queue_name
+    from ._queues import OutputRoute
+    from ._settings import parse_duration
+
+    args.queue, args.route, args.every, args.queues_used = None, None, None, []
+    if args.input.startswith("queue:"):
+        try:
+            args.queue = check_queue_name(args.input[6:], f"--input {args.input!r}: the queue")
+        except ValueError as exc:
+            parser.error(str(exc))
+        if not args.checkpoint:
+            parser.error(f"--input {args.input} (a stream) needs --checkpoint")
+        args.queues_used.append(("--input", args.queue))
+    for option, value, low, high in (("--queue-lock", args.queue_lock, 1, 7 * 24 * 3600),
+                                     ("--max-messages-per-trigger",
+                                      args.max_messages_per_trigger, 1, None)):  # fmt: skip
+        if value < low or (high is not None and value > high):
+            parser.error(f"{option} must be between {low} and {high or 'any'}, got {value}")
+    if args.output_queue:
+        try:
+            args.route = OutputRoute.parse(args.output_queue)
+        except ValueError as exc:
+            parser.error(str(exc))
+        named = ({queue for _, queue in args.route.routes} | {args.route.default}) - {None}
+        args.queues_used.extend(("--output-queue", queue) for queue in sorted(named))
+    if args.trigger is not None:
+        if not args.stream and args.queue is None:
+            parser.error("--trigger needs --stream or --input queue:NAME")
+        try:
+            args.every = parse_duration(args.trigger)
+        except ValueError as exc:
+            parser.error(f"--trigger: {exc}")
+    if args.queue is not None:
+        from ._queue_stream import queue_source_missing
+
+        missing = queue_source_missing()
+        if missing is not None:
+            parser.exit(REFUSED_EXIT, f"{parser.prog}: error: --input {args.input}: {missing}\n")
 
 
 def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     """The job itself: its summaries printed, its exit status returned."""
     from ._job import run_batch
-    from ._stream import run_stream
+    from ._queues import Delivery, send_written_outputs
 
-    if args.stream:
-        summaries = run_stream(
-            spark, args.input, args.output, args.checkpoint, settings,
-            input_format=args.input_format, output_format=args.output_format,
-            partitions=args.partitions,
-            order_by=args.order_by, max_files_per_trigger=args.max_files_per_trigger,
-        )  # fmt: skip
-        for batch_id, summary in summaries:
-            table = summary.table(f"{args.output}/batch={batch_id}")
-            print(f"micro-batch {batch_id}:\n{table}")
-        return max((s.exit_status for _, s in summaries), default=0)
+    if args.stream or args.queue is not None:
+        return _run_stream(spark, args, settings)
     summary = run_batch(
         spark, args.input, args.output, settings,
         input_format=args.input_format, output_format=args.output_format,
         partitions=args.partitions, order_by=args.order_by, explain=args.explain,
     )  # fmt: skip
     print(summary.table(args.output))
+    if args.route is not None:
+        delivery = Delivery()
+        delivery.add_sent(send_written_outputs(spark, args.output, args.output_format, args.route))
+        print("\n".join(delivery.lines(outputs=True, messages=False)))
     return summary.exit_status
+
+
+def _run_stream(spark: Any, args: argparse.Namespace, settings: Any) -> int:
+    """A file or queue stream, each micro-batch's summary printed once it is written."""
+    from ._queue_stream import run_queue
+    from ._queues import Delivery
+    from ._stream import run_stream, stop_on_signals
+
+    written: dict[int, Any] = {}
+
+    def show(batch_id: int, delivery: Delivery) -> None:
+        table = written.pop(batch_id).table(f"{args.output}/batch={batch_id}")
+        lines = delivery.lines(outputs=args.route is not None, messages=args.queue is not None)
+        print("\n".join([f"micro-batch {batch_id}:", table, *lines]), flush=True)
+
+    stop = threading.Event() if args.every is not None else None
+    with contextlib.nullcontext() if stop is None else stop_on_signals(stop):
+        if args.queue is not None:
+            summaries = run_queue(
+                spark, args.queue, args.output, args.checkpoint, settings,
+                output_format=args.output_format, partitions=args.partitions,
+                order_by=args.order_by, output_queues=args.route, trigger=args.every, stop=stop,
+                on_batch=written.__setitem__, on_delivery=show,
+                max_messages=args.max_messages_per_trigger, visibility_timeout=args.queue_lock,
+            )  # fmt: skip
+        else:
+            summaries = run_stream(
+                spark, args.input, args.output, args.checkpoint, settings,
+                input_format=args.input_format, output_format=args.output_format,
+                partitions=args.partitions, order_by=args.order_by,
+                max_files_per_trigger=args.max_files_per_trigger, output_queues=args.route,
+                trigger=args.every, stop=stop, on_batch=written.__setitem__, on_delivery=show,
+            )  # fmt: skip
+    return max((s.exit_status for _, s in summaries), default=0)
 
 
 @contextlib.contextmanager

@@ -49,7 +49,10 @@ def process_batches(
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(RESULT_SCHEMA)
+    try:  # PySpark 4 needs the time zone of timestamps (an output's due)
+        schema = to_arrow_schema(RESULT_SCHEMA, timezone="UTC")
+    except TypeError:  # PySpark 3.5 takes none: its timestamps are UTC
+        schema = to_arrow_schema(RESULT_SCHEMA)
     received = list(batches)
     rows: list[dict[str, Any]] = []
     if received:

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 __all__ = [
-    "TABLE_NAME", "Refused", "check_input", "check_table", "check_writable_dir",
+    "TABLE_NAME", "Refused", "check_input", "check_queue", "check_table", "check_writable_dir",
     "note_replaced_output", "spark_failure",
 ]  # fmt: skip
 
@@ -58,6 +58,40 @@ def check_table(table: str, create: bool) -> None:
             ) from None
         except AzureError as exc:
             raise Refused(f"cannot reach table {table!r}: {first_line(exc)}") from None
+
+
+def check_queue(option: str, queue: str) -> None:
+    """The account names a Queue service, and ``queue`` is there (created when missing)."""
+    from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
+
+    from ._queue_config import QueueConfig
+
+    try:
+        config = QueueConfig.from_env()
+    except ValueError as exc:
+        raise Refused(f"{option}: {exc}") from None
+    client = config.service().get_queue_client(queue)
+    try:
+        client.get_queue_properties()
+    except ResourceNotFoundError:
+        client.create_queue()
+        print(f"created queue {queue!r}", file=sys.stderr)
+    except HttpResponseError as exc:
+        if exc.status_code != 403:
+            raise Refused(f"queue {queue!r} ({option}) answered: {first_line(exc)}") from None
+        secret = (
+            "the account key in STREAMSTONE_CONNECTION_STRING"
+            if config.connection_string
+            else "the SAS token in STREAMSTONE_SAS_TOKEN (or its permissions)"
+            if config.sas_token
+            else "the Azure identity's role on the account"
+        )
+        raise Refused(
+            f"the storage account refused to authenticate the request (403 {code(exc)}) "
+            f"for queue {queue!r} ({option}): check {secret}"
+        ) from None
+    except AzureError as exc:
+        raise Refused(f"cannot reach queue {queue!r} ({option}): {first_line(exc)}") from None
 
 
 def first_line(exc: BaseException) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "LINE",
     "NOT_UTF8",
     "NOT_UTF8_BYTES",
+    "QUEUE_TEXT",
     "RAW",
     "SENT_AT",
     "input_order",
@@ -68,6 +69,9 @@ SENT_AT = "_sent_at"
 #: The first text column of a row that is not valid UTF-8 (null: all are), and its bytes.
 NOT_UTF8 = "_not_utf8"
 NOT_UTF8_BYTES = "_not_utf8_bytes"
+#: A queue message's text, from the queue source's ``queue_text``: the
+#: executors read the message from it as a queue consumer does.
+QUEUE_TEXT = "_queue_text"
 #: Each row's file: modification time, path and the offset of its split; with
 #: the row's place in its partition, the input order (see the module's doc).
 FILE_ORDER = ("_file_time", "_file_path", "_file_block")
@@ -239,6 +243,8 @@ def message_columns(frame: DataFrame, sent_at: str | None = None) -> list[Column
         columns[RAW] = F.col(CORRUPT_RECORD)
     else:
         columns[RAW] = F.lit(None).cast(StringType())
+    if "queue_text" in frame.columns:
+        columns[QUEUE_TEXT] = F.col("queue_text")
     if sent_at is not None:
         columns[SENT_AT] = _sent_at_column(frame, sent_at)
         if isinstance(frame.schema[sent_at].dataType, StringType):

@@ -9,7 +9,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from handlers import MAX_NESTING, Message
+from handlers import MAX_NESTING, Message, read_queue_text
 from streamstone_py import EventData, check_key, check_row
 
 __all__ = ["body_json", "parse_row", "raw_input", "sent_time"]
@@ -21,6 +21,9 @@ _RAW: Final = "_raw"
 _SENT_AT: Final = "_sent_at"
 _NOT_UTF8: Final = "_not_utf8"
 _NOT_UTF8_BYTES: Final = "_not_utf8_bytes"
+#: A queue message's text (the queue source): the message is read from it,
+#: as a queue consumer reads it, and a dead letter keeps it to send again.
+_QUEUE_TEXT: Final = "_queue_text"
 UNPARSEABLE_LINE: Final = (
     "unparseable line: not a JSON object, or one nested too deep for Spark's JSON reader"
 )
@@ -68,6 +71,9 @@ def raw_input(row: Any) -> str:
     bad = _not_utf8(row)
     if bad is not None and bad[0] == _RAW:
         return bad[1]
+    queued = _field(row, _QUEUE_TEXT)
+    if queued is not None:
+        return str(queued)
     line = _unparsed(row)
     if line is not None:
         return line
@@ -167,8 +173,17 @@ def parse_row(
     refused = _type_refusal(type_)
     if refused is not None:
         return None, refused
-    if body is None:
-        parsed: Any = None
+    headers: dict[str, str] = {}
+    queued = _field(row, _QUEUE_TEXT)
+    if queued is not None:  # checked on the driver: it reads as this row's message
+        try:
+            queued_message = read_queue_text(str(queued), default_id=message_id)
+        except ValueError as exc:
+            return None, str(exc)
+        parsed: Any = queued_message.body
+        headers = dict(queued_message.headers)
+    elif body is None:
+        parsed = None
     elif isinstance(body, bytes | bytearray):
         parsed = bytes(body)
     elif json_nests_deeper(str(body)):
@@ -178,7 +193,6 @@ def parse_row(
             parsed = json.loads(body)
         except (ValueError, TypeError, RecursionError) as exc:
             return None, f"unparseable body: {exc}"
-    headers: dict[str, str] = {}
     if sent_at is not None:
         sent, reason = sent_time(row[_SENT_AT], sent_at)
         if sent is None:

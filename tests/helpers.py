@@ -144,3 +144,13 @@ def write_events(partition: Partition, count: int) -> Stream:
     """A new stream of ``count`` events with ids e1... and a property N = version."""
     events = [EventData(id=f"e{i}", properties={"N": i}) for i in range(1, count + 1)]
     return S.write(Stream(partition), *events).stream
+
+
+def drain(queue: Any) -> list[str]:
+    """The texts of every visible message of a ``QueueClient``, deleted as read."""
+    texts: list[str] = []
+    while page := list(queue.receive_messages(messages_per_page=32, visibility_timeout=60)):
+        for received in page:
+            texts.append(received.content)
+            queue.delete_message(received)
+    return texts

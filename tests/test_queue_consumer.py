@@ -36,6 +36,7 @@ from handlers import (
     read_queue_text,
 )
 from handlers.examples import Order, orders
+from tests.helpers import drain
 
 
 @dataclass
@@ -76,16 +77,6 @@ def queue(queues: QueueServiceClient) -> Iterator[QueueClient]:
 def send(queue: QueueClient, message: Message, *, plain: bool = False) -> None:
     text = encode_envelope(message)
     queue.send_message(text if plain else base64.b64encode(text.encode()).decode())
-
-
-def drain(queue: QueueClient) -> list[str]:
-    """Every visible message text, deleted."""
-    texts = []
-    while page := list(queue.receive_messages(messages_per_page=32, visibility_timeout=30)):
-        for received in page:
-            texts.append(received.content)
-            queue.delete_message(received)
-    return texts
 
 
 def poison_of(queues: QueueServiceClient, queue: QueueClient) -> list[PoisonEntry]:

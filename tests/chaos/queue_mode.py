@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from azure.core.exceptions import AzureError
-from azure.storage.queue import QueueClient, QueueServiceClient
+from azure.storage.queue import QueueServiceClient
 
 from azurite.launcher import AzuriteTable
 from handlers import InMemoryPublisher, Message, PoisonEntry, Processor, encode_envelope
 from handlers import read_queue_text as read_text
 from streamstone_py import WireTableClient
+from tests.helpers import drain
 
 from .ledger import fold, ledger
 
@@ -122,15 +123,6 @@ def _patiently(action: Any, *args: Any, **kwargs: Any) -> Any:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-
-
-def _drain(queue: QueueClient) -> list[str]:
-    texts: list[str] = []
-    while page := list(queue.receive_messages(messages_per_page=32, visibility_timeout=60)):
-        for received in page:
-            texts.append(received.content)
-            queue.delete_message(received)
-    return texts
 
 
 class _Workers:
@@ -280,7 +272,7 @@ def _check(
     report.stored = len(stored)
 
     copies: dict[str, set[str]] = defaultdict(set)
-    texts = _drain(service.get_queue_client(out_name))
+    texts = drain(service.get_queue_client(out_name))
     report.output_copies = len(texts)
     for text in texts:
         output = read_text(text)
@@ -295,7 +287,7 @@ def _check(
 
     poisoned: set[str] = set()
     with contextlib.suppress(AzureError):
-        for text in _drain(service.get_queue_client(f"{in_name}-poison")):
+        for text in drain(service.get_queue_client(f"{in_name}-poison")):
             entry = PoisonEntry.decode(text)
             report.poisoned += 1
             if not entry.reason:
@@ -313,6 +305,6 @@ def _check(
         violations.append(
             f"texts that are not messages, not poisoned: {sorted(garbage - poisoned)}"
         )
-    left = _drain(service.get_queue_client(in_name))
+    left = drain(service.get_queue_client(in_name))
     if left:
         violations.append(f"{len(left)} queue messages left on the input queue")

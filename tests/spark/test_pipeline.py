@@ -148,12 +148,14 @@ def test_speculative_copies_of_a_task_give_the_same_result(
     twins = spark.sparkContext.parallelize([rows, rows], 2)
     results = twins.flatMap(lambda part: list(process_partition(part, settings))).collect()
 
-    produced = sorted({(r[1], r[2], r[3], r[7], r[8], r[11]) for r in results if r[0] == "output"})
+    produced = sorted(
+        {(r[1], r[2], r[3], r[7], r[8], r[11], r[12]) for r in results if r[0] == "output"}
+    )
     assert produced == expected
     # Each copy emitted every output: whichever copy Spark keeps, none is missing.
     for copy in (results[: len(results) // 2], results[len(results) // 2 :]):
         assert sorted(
-            {(r[1], r[2], r[3], r[7], r[8], r[11]) for r in copy if r[0] == "output"}
+            {(r[1], r[2], r[3], r[7], r[8], r[11], r[12]) for r in copy if r[0] == "output"}
         ) == (expected)
     statuses = sorted(r[4] for r in results if r[0] == "outcome")
     assert statuses.count("completed") == len(rows)
