@@ -1,9 +1,9 @@
 """Every benchmark in one run, against one Azurite, then the report with its plots.
 
 ``python benchmarks/run_all.py [--quick]`` (``make bench`` / ``make bench-quick``)
-starts Azurite once, runs each ``bench_*.py`` script and ``profile_task.py``
-against it (each prints JSON lines, the format ``_common.py`` describes), and
-writes:
+starts Azurite once (its Table and Queue services), runs each ``bench_*.py``
+script and ``profile_task.py`` against it (each prints JSON lines, the format
+``_common.py`` describes), and writes:
 
 - ``benchmarks/results/<date>.json`` (``<date>-quick.json`` for a quick run):
   the machine and every measurement;
@@ -39,6 +39,8 @@ SCRIPTS = (
     "bench_wire.py",
     "bench_spark.py",
     "bench_storage.py",
+    "bench_queue.py",
+    "bench_spark_queue.py",
     "profile_task.py",
 )
 
@@ -102,7 +104,7 @@ def main() -> int:
             parser.error(f"--rerun: {script!r} is not one of {', '.join(SCRIPTS)}")
         result = json.loads(Path(path).read_text())
         started = datetime.datetime.now(datetime.UTC)
-        with account() as connection_string:
+        with account(queues=True) as connection_string:
             os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
             again = run_script(script, result["quick"])
         minutes = round((datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60, 1)
@@ -126,7 +128,7 @@ def main() -> int:
         return 0
     started = datetime.datetime.now(datetime.UTC)
     records: list[dict[str, Any]] = []
-    with account() as connection_string:
+    with account(queues=True) as connection_string:
         os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
         for script in SCRIPTS:
             records += run_script(script, args.quick)

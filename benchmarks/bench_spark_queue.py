@@ -1,0 +1,130 @@
+"""The Spark queue source beside the file source, on the demo's workload.
+
+The same ShootingRange messages (20% duplicated), once as queue messages
+(base64 envelopes on Azurite's Queue service) and once as JSON-lines files
+of as many rows as a queue micro-batch takes:
+
+- ``spark.queue_source``: ``run_queue`` until a micro-batch finds the queue
+  empty (1,000 messages a micro-batch, each deleted after its batch is
+  written), in messages per second;
+- peer: ``run_stream`` over the files, one file (1,000 rows) a micro-batch
+  (``availableNow``), into a fresh table each run.
+
+Filling the queue is not timed. Runs alternate (queue, files, queue, ...) so
+drift strikes both. Run: ``python benchmarks/bench_spark_queue.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from _common import account, check, emit, quick
+from azure.data.tables import TableServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from handlers import Message, encode_envelope
+from spark_driver import JobSettings, Summary, run_queue, run_stream, session
+
+PER_BATCH = 1000
+
+
+def workload(games: int, per_game: int) -> tuple[int, list[Message]]:
+    """The distinct count, and every message in delivery order (duplicates included)."""
+    rng = random.Random(7)
+    messages = []
+    for g in range(games):
+        key = f"game-{g:05d}"
+        messages.append(Message(f"{key}-round", key, "StartNewRound"))
+        messages += [
+            Message(f"{key}-shot-{n}", key, "FireAt", {"position": rng.randrange(100)})
+            for n in range(1, per_game)
+        ]
+    distinct = len(messages)
+    messages += rng.sample(messages, distinct // 5)
+    rng.shuffle(messages)
+    return distinct, messages
+
+
+def write_files(directory: Path, messages: list[Message]) -> None:
+    directory.mkdir(parents=True)
+    for n in range(0, len(messages), PER_BATCH):
+        rows = [
+            {"message_id": m.id, "key": m.key, "type": m.type,
+             "body": None if m.body is None else json.dumps(m.body)}
+            for m in messages[n : n + PER_BATCH]
+        ]  # fmt: skip
+        (directory / f"part-{n // PER_BATCH:05d}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows)
+        )
+
+
+def main() -> int:
+    is_quick = quick(__doc__)
+    games, per_game, repeats = (50, 20, 2) if is_quick else (100, 40, 3)
+    distinct, messages = workload(games, per_game)
+    texts = [base64.b64encode(encode_envelope(m).encode()).decode() for m in messages]
+    with account(queues=True) as connection_string, tempfile.TemporaryDirectory() as work:
+        os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
+        root = Path(work)
+        write_files(root / "inbox", messages)
+        tables = TableServiceClient.from_connection_string(connection_string)
+        queues = QueueServiceClient.from_connection_string(connection_string)
+        spark = session("local[2]", "bench", **{"spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        from_queue: list[float] = []
+        from_files: list[float] = []
+
+        def settings() -> JobSettings:
+            table = f"bench{uuid.uuid4().hex[:10]}"
+            tables.create_table(table)
+            return JobSettings(table=table, handler="shooting_range")
+
+        def processed(summaries: list[tuple[int, Summary]]) -> tuple[int, int]:
+            return sum(s.processed for _, s in summaries), sum(s.duplicates for _, s in summaries)
+
+        try:
+            for _ in range(repeats):
+                queue = queues.create_queue(f"bench-{uuid.uuid4().hex[:10]}")
+                with ThreadPoolExecutor(16) as pool:  # filling is not timed
+                    list(pool.map(queue.send_message, texts))
+                job, run = settings(), uuid.uuid4().hex
+                start = time.perf_counter()
+                summaries = run_queue(
+                    spark, queue.queue_name, str(root / f"q{run}"), str(root / f"qc{run}"), job,
+                    partitions=4, max_messages=PER_BATCH,
+                )  # fmt: skip
+                from_queue.append(len(messages) / (time.perf_counter() - start))
+                got = processed(summaries)
+                check(got[0] == distinct, f"queue source processed {got} of {distinct}")
+                check(queue.get_queue_properties().approximate_message_count == 0, "queue left")
+                queues.delete_queue(queue.queue_name)
+                job, run = settings(), uuid.uuid4().hex
+                start = time.perf_counter()
+                summaries = run_stream(
+                    spark, str(root / "inbox"), str(root / f"f{run}"), str(root / f"fc{run}"),
+                    job, partitions=4, max_files_per_trigger=1,
+                )  # fmt: skip
+                from_files.append(len(messages) / (time.perf_counter() - start))
+                got = processed(summaries)
+                check(got == (distinct, len(messages) - distinct), f"file source: {got}")
+        finally:
+            spark.stop()
+    params = {"messages": len(messages), "distinct": distinct, "games": games,
+              "per_micro_batch": PER_BATCH, "master": "local[2]"}  # fmt: skip
+    emit(
+        "spark.queue_source", "messages/s", "higher", from_queue,
+        "the file source, one 1,000-row file a micro-batch", from_files, params,
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
