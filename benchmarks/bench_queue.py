@@ -11,13 +11,14 @@
   without a header cache (``Processor``'s default). Every side drains the
   same messages (base64 of ``encode_envelope``) from a fresh queue, filled
   before each round and not timed: the messages go in rounds of 500 (the
-  queue never holds more), since Azurite's Queue service spends time on each
-  request in proportion to the messages a queue holds, which would charge
-  both sides a cost of the emulator's as the queue gets deeper. Each round
-  starts once the Azurite processes are idle, and a run after which they are
-  still busy is run again: a minute after its last sweep, the Queue service
-  sweeps its store of message texts, for seconds of CPU per thousand messages
-  sent since, which would land on whichever run it meets.
+  queue never holds more; 300 in one round with ``--quick``), since Azurite's
+  Queue service spends time on each request in proportion to the messages a
+  queue holds, which would charge both sides a cost of the emulator's as the
+  queue gets deeper. Each round starts once the Azurite processes are idle,
+  and a run that met a sweep is run again: a minute after its last sweep, the
+  Queue service sweeps its store of message texts, for seconds of CPU per
+  thousand messages sent since (over a minute after a few thousand), during
+  which its requests wait.
 - ``queue.consumer.header_cache``: the same, its processor with a
   ``HeaderCache`` (a new key: one request to the table, not two), and
   ``queue.consumer.sdk_table``: its processor on the SDK's ``TableClient``
@@ -263,8 +264,11 @@ class Run:
 
 class Meter:
     """Elapsed time, this process's CPU and the servers' CPU, summed over the
-    timed parts of a run (its rounds), each started on idle servers; a part
-    after which they are still busy was disturbed (a sweep started during it)."""
+    timed parts of a run (its rounds), each started on idle servers. A sweep
+    that starts during a part is disturbing: the Queue service's requests wait
+    for it (it shares their thread), so the part ends with it, and the Queue
+    service has spent over ``SWEPT`` CPU seconds per message of the part, or
+    it is still sweeping at the end."""
 
     def __init__(self, servers: Servers) -> None:
         self.servers = servers
@@ -273,15 +277,22 @@ class Meter:
         self.disturbed = False
 
     @contextlib.contextmanager
-    def timed(self) -> Iterator[None]:
+    def timed(self, messages: int) -> Iterator[None]:
         self.servers.settle()
         before, cpu, start = self.servers.cpu(), time.process_time(), time.perf_counter()
         yield
         self.wall += time.perf_counter() - start
         self.seconds["cpu"] += time.process_time() - cpu
-        for part, spent in self.servers.spent(before).items():
-            self.seconds[part] += spent
-        self.disturbed = self.disturbed or self.servers.busy()
+        spent = self.servers.spent(before)
+        for part, seconds in spent.items():
+            self.seconds[part] += seconds
+        swept = spent.get("server.queue", 0.0) > SWEPT * messages
+        self.disturbed = self.disturbed or swept or self.servers.busy()
+
+
+#: The Queue service's CPU per message (a receive and a delete) past which a
+#: sweep ran beside them: some 0.001 s without one, at this queue depth.
+SWEPT = 0.004
 
 
 class Bench:
@@ -369,7 +380,7 @@ class Bench:
         meter = Meter(self.servers)
         for texts in self.rounds:
             self.fill(name, texts)
-            with meter.timed(), profiled(profile):
+            with meter.timed(len(texts)), profiled(profile):
                 stats = consumer.run(until_empty=True)  # its stats add up over the rounds
         n = len(self.texts)
         check(stats.received == n, f"consumer: received {stats.received} of {n}")
@@ -409,7 +420,7 @@ class Bench:
         meter = Meter(self.servers)
         for texts in self.rounds:
             self.fill(name, texts)
-            with meter.timed(), ThreadPoolExecutor(self.workers, "bare-delete") as pool:
+            with meter.timed(len(texts)), ThreadPoolExecutor(self.workers, "bare-delete") as pool:
                 while page := list(
                     queue.receive_messages(
                         messages_per_page=PAGE, max_messages=PAGE, visibility_timeout=VISIBILITY
@@ -469,7 +480,7 @@ def group(filename: str, function: str) -> str | None:
             return "socket calls"
         return "builtins"
     if f"{os.sep}email{os.sep}" in filename:
-        return "stdlib email (HTTP headers, $batch responses)"
+        return "stdlib email (http.client parsing response headers)"
     if f"{os.sep}http{os.sep}" in filename:
         return "stdlib http.client"
     if SITE in filename:
@@ -608,8 +619,9 @@ def split_lines(runs: dict[str, list[Run]], n: int) -> list[str]:
 
 def main() -> int:
     small = quick(__doc__)
-    messages, repeats, workers = (500, 3, 8) if small else (2_000, 5, 8)
-    depth = 500
+    # Quick stays under a minute, before Azurite's first sweep of its queue store.
+    messages, repeats, workers = (300, 3, 8) if small else (1_000, 5, 8)
+    depth = min(messages, 500)
     with account(queues=True) as connection_string:
         check(
             "QueueEndpoint=" in connection_string,
