@@ -23,12 +23,22 @@ Actions a plan returns for each request:
 - ``"hang"``: forward nothing and never answer, until the client gives up;
 - ``"throttle"``: forward nothing and answer ``503 Server Busy`` with
   ``Retry-After: {retry_after}`` (nothing applied), as the service does when
-  it throttles an account or a partition.
+  it throttles an account or a partition; with ``retry_after_date=True`` the
+  header is the other form HTTP allows, the date ``retry_after`` seconds ahead;
+- ``"trickle"``: forward it, read the whole response, then send it on one
+  byte every ``trickle`` seconds (applied; a slow network or a stalled peer
+  that never lets a socket read time out).
+
+``max_body``, when given, is the service's limit of a request body: a larger
+request is answered ``413 Request Entity Too Large`` (``RequestBodyTooLarge``)
+and not forwarded, as Azure answers an entity-group transaction over 4 MiB
+(Azurite does not check it). ``connections`` counts the connections accepted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import socket
 import threading
 import time
@@ -40,7 +50,7 @@ from typing import Literal
 
 __all__ = ["Action", "Proxy", "Request"]
 
-Action = Literal["pass", "refuse", "drop", "truncate", "hang", "throttle"]
+Action = Literal["pass", "refuse", "drop", "truncate", "hang", "throttle", "trickle"]
 _HOST = "127.0.0.1"
 
 
@@ -114,10 +124,23 @@ class Proxy:
     each response is returned (so a round trip gains ``2 * delay``).
     """
 
-    def __init__(self, upstream_port: int, *, delay: float = 0.0, retry_after: int = 1) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        delay: float = 0.0,
+        retry_after: int = 1,
+        retry_after_date: bool = False,
+        trickle: float = 0.05,
+        max_body: int | None = None,
+    ) -> None:
         self.upstream_port = upstream_port
         self.delay = delay
         self.retry_after = retry_after
+        self.retry_after_date = retry_after_date
+        self.trickle = trickle
+        self.max_body = max_body
+        self.connections = 0
         self.seen: list[tuple[Request, Action]] = []
         self._plan: Callable[[Request], Action] = lambda request: "pass"
         self._lock = threading.Lock()
@@ -165,6 +188,8 @@ class Proxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            with self._lock:
+                self.connections += 1
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _track(self, *socks: socket.socket) -> None:
@@ -189,7 +214,10 @@ class Proxy:
                     self._stopped.wait()
                     return
                 if action == "throttle":
-                    client.sendall(_busy(self.retry_after))
+                    client.sendall(_busy(self._retry_after()))
+                    continue
+                if self.max_body is not None and len(body) > self.max_body:
+                    client.sendall(_too_large())
                     continue
                 if self.delay:
                     time.sleep(self.delay)
@@ -202,6 +230,9 @@ class Proxy:
                 if action == "truncate":
                     client.sendall(response_head + response_body[: len(response_body) // 2])
                     return
+                if action == "trickle":
+                    self._trickle(client, response_head + response_body)
+                    continue
                 client.sendall(response_head + response_body)
         except (_Closed, OSError):
             return
@@ -212,22 +243,50 @@ class Proxy:
                     with self._lock:
                         self._open.discard(sock)
 
+    def _retry_after(self) -> str:
+        if self.retry_after_date:
+            return email.utils.formatdate(time.time() + self.retry_after, usegmt=True)
+        return str(self.retry_after)
 
-def _busy(retry_after: int) -> bytes:
-    """The service's answer when it throttles: 503, ServerBusy, and when to come back."""
+    def _trickle(self, client: socket.socket, answer: bytes) -> None:
+        """Send ``answer`` a byte at a time, until it is sent, the client hangs up
+        or the proxy stops."""
+        for index in range(len(answer)):
+            if self._stopped.wait(self.trickle):
+                raise _Closed
+            client.sendall(answer[index : index + 1])
+
+
+def _answer(status: str, code: str, message: str, extra: str = "") -> bytes:
+    """An error answer of the service: its status, its error code and message."""
     body = (
-        b'{"odata.error":{"code":"ServerBusy","message":{"lang":"en-US",'
-        b'"value":"The server is busy."}}}'
-    )
+        f'{{"odata.error":{{"code":"{code}","message":{{"lang":"en-US","value":"{message}"}}}}}}'
+    ).encode("ascii")
     head = (
-        "HTTP/1.1 503 Server Busy\r\n"
+        f"HTTP/1.1 {status}\r\n"
         "Content-Type: application/json;odata=minimalmetadata;charset=utf-8\r\n"
-        "x-ms-error-code: ServerBusy\r\n"
+        f"x-ms-error-code: {code}\r\n"
         f"x-ms-request-id: {uuid.uuid4()}\r\n"
-        f"Retry-After: {retry_after}\r\n"
+        f"{extra}"
         f"Content-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("ascii") + body
+
+
+def _busy(retry_after: str) -> bytes:
+    """The service's answer when it throttles: 503, ServerBusy, and when to come back."""
+    return _answer(
+        "503 Server Busy", "ServerBusy", "The server is busy.", f"Retry-After: {retry_after}\r\n"
+    )
+
+
+def _too_large() -> bytes:
+    """The service's answer to a request body over its limit (4 MiB for a transaction)."""
+    return _answer(
+        "413 Request Entity Too Large",
+        "RequestBodyTooLarge",
+        "The request body is too large and exceeds the maximum permissible limit.",
+    )
 
 
 def _close(sock: socket.socket) -> None:

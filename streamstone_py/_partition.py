@@ -29,6 +29,8 @@ RESERVED_PREFIX: Final = "SS-"
 
 # Characters Azure Tables refuses in keys: / \ # ? and the control characters.
 _FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
+# A lone surrogate is no Unicode text: a key holding one cannot travel in a URL.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def table_endpoint(table: object) -> str:
@@ -59,6 +61,11 @@ def check_key(kind: str, key: object) -> str:
         raise ValueError(
             f"{kind} {key!r} contains {bad.group()!r}; Azure Tables keys may not contain "
             "'/', '\\', '#', '?' or control characters"
+        )
+    if not key.isascii() and (lone := _SURROGATE.search(key)) is not None:
+        raise ValueError(
+            f"{kind} {key!r} holds a lone surrogate {lone.group()!r} at index {lone.start()}, "
+            "which is not Unicode text"
         )
     if utf16_size(key) > MAX_KEY_BYTES:
         raise ValueError(

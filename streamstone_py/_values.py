@@ -8,11 +8,14 @@ names the property, its size and the limit.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
+import re
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias, cast
 
@@ -59,50 +62,169 @@ def check_name(name: object, reserved: frozenset[str], owner: str) -> str:
         raise TypeError(f"{owner} property names must be str, got {name!r}")
     if name.lower() in reserved:
         raise ValueError(f"{owner} property name {name!r} is reserved")
-    if not name.isidentifier() or len(name) > MAX_NAME_LENGTH:
+    # The service counts a name's length in UTF-16 code units, as .NET does.
+    if not name.isidentifier() or (len(name) > 127 and utf16_size(name) > 2 * MAX_NAME_LENGTH):
         raise ValueError(
-            f"{owner} property name {name!r} is not valid: Azure Tables needs an "
-            f"identifier of at most {MAX_NAME_LENGTH} characters"
+            f"{owner} property name {name!r} is not valid: Azure Tables needs an identifier "
+            f"of at most {MAX_NAME_LENGTH} UTF-16 code units"
         )
     return name
 
 
-def to_table(name: str, value: object) -> Any:
-    """Convert a Python value to what azure-data-tables sends, checking its limits."""
-    if isinstance(value, bool | float | uuid.UUID):
-        return value
-    if isinstance(value, int):
-        if _INT32[0] <= value <= _INT32[1]:
-            return value
-        if _INT64[0] <= value <= _INT64[1]:
-            return EntityProperty(value, EdmType.INT64)
-        raise ValueError(f"property {name!r}: integer {value} does not fit in 64 bits")
-    if isinstance(value, str):
+#: The service's range of Edm.DateTime.
+MIN_DATETIME: Final = datetime(1601, 1, 1, tzinfo=UTC)
+MAX_DATETIME: Final = datetime.max.replace(tzinfo=UTC)  # 9999-12-31, the end of both ranges
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _text(name: str, value: str) -> str:
+    if not value.isascii():
+        lone = _SURROGATE.search(value)
+        if lone is not None:
+            raise ValueError(
+                f"property {name!r}: the str holds a lone surrogate {lone.group()!r} at index "
+                f"{lone.start()}, which is not Unicode text and cannot be sent: repair the "
+                "text, or store bytes (value.encode('utf-8', 'surrogatepass'))"
+            )
+    # A str of n code points is at most 4n bytes in UTF-16: measure only those
+    # that could be over the limit.
+    if len(value) > MAX_PROPERTY_BYTES // 4:
         size = utf16_size(value)
         if size > MAX_PROPERTY_BYTES:
             raise ValueError(
                 f"property {name!r} is a string of {size} bytes in UTF-16; "
                 f"the limit is {MAX_PROPERTY_BYTES}"
             )
+    return value
+
+
+def _integer(name: str, value: int) -> Any:
+    if _INT32[0] <= value <= _INT32[1]:
         return value
-    if isinstance(value, bytes | bytearray | memoryview):
-        data = bytes(value)
-        if len(data) > MAX_PROPERTY_BYTES:
-            raise ValueError(
-                f"property {name!r} is {len(data)} bytes of binary; "
-                f"the limit is {MAX_PROPERTY_BYTES}"
-            )
-        return data
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"property {name!r}: datetime {value!r} must be timezone-aware")
-        return value
-    if value is None:
-        raise ValueError(f"property {name!r} is None; Azure Tables cannot store a null")
-    raise TypeError(
-        f"property {name!r} has unsupported type {type(value).__name__}; use str, int, "
-        "float, bool, bytes, datetime or UUID"
+    if _INT64[0] <= value <= _INT64[1]:
+        return EntityProperty(value, EdmType.INT64)
+    raise ValueError(
+        f"property {name!r}: integer {value} does not fit in 64 bits; store it as a str"
     )
+
+
+def _binary(name: str, value: bytes) -> bytes:
+    if len(value) > MAX_PROPERTY_BYTES:
+        raise ValueError(
+            f"property {name!r} is {len(value)} bytes of binary; the limit is {MAX_PROPERTY_BYTES}"
+        )
+    return value
+
+
+def _moment(name: str, value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(
+            f"property {name!r}: datetime {value!r} must be timezone-aware "
+            "(for UTC: value.replace(tzinfo=timezone.utc))"
+        )
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not MIN_DATETIME <= utc <= MAX_DATETIME:
+        raise ValueError(
+            f"property {name!r}: datetime {value.isoformat()} is outside the range Azure "
+            "Tables stores, 1601-01-01 to 9999-12-31 UTC: store it as a str "
+            "(value.isoformat()) instead"
+        )
+    if utc != value:  # PEP 495: never equal across zones within a repeated hour
+        raise ValueError(
+            f"property {name!r}: datetime {value!r} falls in a repeated hour of its time "
+            "zone, so it would not compare equal to the UTC time it reads back as: "
+            "store value.astimezone(timezone.utc)"
+        )
+    return value
+
+
+def _same(name: str, value: Any) -> Any:
+    return value
+
+
+#: How a value of each accepted type (exactly that type) is checked and sent.
+_ACCEPTED: Final[dict[type, Any]] = {
+    str: _text,
+    int: _integer,
+    bool: _same,
+    float: _same,
+    bytes: _binary,
+    datetime: _moment,
+    uuid.UUID: _same,
+}
+
+#: What to do with a subclass of an accepted type, which reads back as its base.
+_PLAIN_OF: Final = (
+    (bool, "bool(value)"),
+    (int, "int(value)"),
+    (float, "float(value)"),
+    (str, "str.__str__(value), which keeps its characters"),
+    (bytes, "bytes(value)"),
+    (datetime, "a plain datetime (pandas: value.to_pydatetime())"),
+    (uuid.UUID, "uuid.UUID(int=value.int)"),
+)
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+def _refusal(name: str, value: object) -> Exception:
+    """Why ``value`` cannot be stored, and what to store instead."""
+    kind = _type_name(value)
+    if value is None:
+        return ValueError(
+            f"property {name!r} is None; Azure Tables cannot store a null: leave it out"
+        )
+    if isinstance(value, enum.Enum):
+        return TypeError(
+            f"property {name!r} is a {kind} member ({value!r}), which would read back as a "
+            f"plain value, not as the member: store its .value ({value.value!r}) and turn it "
+            f"back with {type(value).__qualname__}(value) when reading"
+        )
+    if kind.startswith("numpy.") and hasattr(value, "item"):
+        return TypeError(
+            f"property {name!r} is a {kind}, which would not read back as one: store "
+            "value.item(), the plain Python value"
+        )
+    if isinstance(value, Decimal):
+        return TypeError(
+            f"property {name!r} is a {kind}, which Azure Tables has no type for: store "
+            "str(value) to keep every digit, or float(value)"
+        )
+    if isinstance(value, bytearray | memoryview):
+        return TypeError(
+            f"property {name!r} is a {kind}, which would read back as bytes: store bytes(value)"
+        )
+    for base, plain in _PLAIN_OF:
+        if isinstance(value, base):
+            return TypeError(
+                f"property {name!r} is a {kind}, a subclass of {base.__name__} that would "
+                f"read back as a plain {base.__name__}: store {plain}"
+            )
+    return TypeError(
+        f"property {name!r} has unsupported type {kind}; a property holds a str, int, bool, "
+        "float, bytes, timezone-aware datetime or uuid.UUID"
+    )
+
+
+def to_table(name: str, value: object) -> Any:
+    """Convert a Python value to what azure-data-tables sends, checking its limits.
+
+    Only values of exactly the accepted types are stored, so that each reads
+    back equal and of the same type; anything else (a subclass, an enum, a
+    numpy scalar, a Decimal) is refused with what to store instead.
+    """
+    convert = _ACCEPTED.get(type(value))
+    if convert is None:
+        raise _refusal(name, value)
+    return convert(name, value)
 
 
 _PLAIN_TYPES: Final = frozenset({str, int, float, bool, bytes, uuid.UUID})

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from azurite.launcher import account
+from azurite.proxy import Proxy
 from handlers._outcome import StrategyName
 from streamstone_py import Partition, WireTableClient
 from streamstone_py.aio import AsyncWireTableClient
-from tests.helpers import register_raw, wait
+from tests.helpers import azurite_port, register_raw, wait
 
 
 @pytest.fixture(scope="session")
@@ -96,3 +97,38 @@ def strategy(request: pytest.FixtureRequest) -> StrategyName:
 @pytest.fixture
 def game() -> str:
     return "game-" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def proxy(connection_string: str) -> Iterator[Proxy]:
+    """A fault-injecting proxy on a real socket in front of Azurite's Table service."""
+    with Proxy(azurite_port(connection_string)) as running:
+        yield running
+
+
+#: The clients of the behavioural suite, by the class that builds them from a connection string.
+CLIENT_CLASSES: dict[str, Any] = {
+    "sync": TableClient,
+    "async": AsyncTableClient,
+    "wire": WireTableClient,
+    "wire-async": AsyncWireTableClient,
+}
+
+
+@pytest.fixture(params=list(CLIENT_CLASSES))
+def proxied_client(
+    request: pytest.FixtureRequest,
+    connection_string: str,
+    service: TableServiceClient,
+    proxy: Proxy,
+) -> Iterator[Any]:
+    """Each of the four clients, on a table of its own, talking to Azurite through the proxy."""
+    name = "faults" + uuid.uuid4().hex[:8]
+    register_raw(service.create_table(name))
+    through = proxy.endpoint_of(connection_string)
+    client: Any = CLIENT_CLASSES[request.param].from_connection_string(through, name)
+    yield client
+    if "async" in request.param:
+        wait(client.close())
+    else:
+        client.close()

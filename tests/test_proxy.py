@@ -5,23 +5,21 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient, TableServiceClient
 
 from azurite.proxy import Action, Proxy
-
-
-def _port(connection_string: str) -> int:
-    return int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+from tests.helpers import azurite_port
 
 
 @pytest.fixture
 def proxied(connection_string: str, service: TableServiceClient) -> Iterator[tuple[Proxy, str]]:
     name = "proxy" + uuid.uuid4().hex[:8]
     service.create_table(name)
-    with Proxy(_port(connection_string)) as proxy:
+    with Proxy(azurite_port(connection_string)) as proxy:
         yield proxy, name
 
 
@@ -47,7 +45,7 @@ def test_the_delay_is_added_each_way(connection_string: str, service: TableServi
     service.create_table(name).create_entity({"PartitionKey": "p", "RowKey": "r"})
 
     def median_read(delay: float) -> float:
-        with Proxy(_port(connection_string), delay=delay) as proxy:
+        with Proxy(azurite_port(connection_string), delay=delay) as proxy:
             client = _client(connection_string, proxy, name)
             client.get_entity("p", "r")  # connect first
             times = []
@@ -97,3 +95,38 @@ def test_refuse_truncate_and_hang_fail_the_client(
         client.get_entity("p", "r")
     assert time.perf_counter() - started < 30
     assert type(caught.value).__name__ == RAISED[action], repr(caught.value)
+
+
+def test_trickle_sends_the_answer_a_byte_at_a_time(
+    connection_string: str, proxied: tuple[Proxy, str]
+) -> None:
+    proxy, table = proxied
+    proxy.trickle = 0.01
+    client = _client(connection_string, proxy, table)
+    client.create_entity({"PartitionKey": "p", "RowKey": "r", "N": 1})
+    proxy.plan(lambda request: "trickle")
+    started = time.perf_counter()
+    assert client.get_entity("p", "r")["N"] == 1
+    # A few hundred bytes of head and body, 10 ms each.
+    assert time.perf_counter() - started > 2.0
+
+
+def test_throttle_and_a_body_over_the_limit_answer_as_the_service(
+    connection_string: str, proxied: tuple[Proxy, str]
+) -> None:
+    proxy, table = proxied
+    client = _client(connection_string, proxy, table)
+    proxy.retry_after_date = True
+    proxy.retry_after = 3
+    proxy.plan(lambda request: "throttle")
+    with pytest.raises(AzureError) as caught:
+        client.get_entity("p", "r")
+    response: Any = getattr(caught.value, "response", None)
+    assert response.status_code == 503
+    assert response.headers["Retry-After"].endswith(" GMT")  # an HTTP date
+    proxy.plan(lambda request: "pass")
+    proxy.max_body = 100
+    with pytest.raises(AzureError) as caught:
+        client.create_entity({"PartitionKey": "p", "RowKey": "r", "Text": "x" * 100})
+    assert getattr(caught.value, "status_code", None) == 413
+    assert proxy.connections >= 1
