@@ -1,6 +1,7 @@
 """How a write is split into entity-group transactions: at most 100
-operations and 4 MiB each, the header in every one, and every event
-measured before anything is sent."""
+operations and 4 MiB each, in the bytes the request carries (see
+:mod:`._payload`), the header in every one, and every event measured
+before anything is sent."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ._model import EventData, Include, fold_includes
+from ._payload import TRANSACTION_BYTES, operation_bytes
 from ._protocol import OperationKind, TableOperation
 from ._rows import event_operations, header_entity, header_of
-from ._values import check_entity, payload_size
+from ._values import check_entity
 
 if TYPE_CHECKING:
     from ._stream import Stream
@@ -74,28 +76,35 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
     op_budget = MAX_BATCH_OPERATIONS - 1  # the header is in every transaction
     partition = stream.partition
     pk = partition.partition_key
+    table_url = len(partition.endpoint) + 1 + len(partition.table_name)
     last_version = stream.version + len(events)
     properties: Mapping[str, Any] = stream.properties
-    header_payload = payload_size(header_of(stream, last_version))
+
+    def header_bytes(entity: Mapping[str, Any]) -> int:
+        # An update addressed by its keys, conditional on an ETag not known yet.
+        return TRANSACTION_BYTES + operation_bytes(table_url, "update_replace", entity)
+
+    header_payload = header_bytes(header_of(stream, last_version))
     chunks = [Chunk(header_properties=properties)]
     for offset, event in enumerate(events):
         version = stream.version + offset + 1
         if event.stream_properties is not None:
             properties = event.stream_properties
-            header_payload = payload_size(
+            header_payload = header_bytes(
                 header_entity(partition, last_version, properties, stream.first_version)
             )
         ops, roles = event_operations(partition, version, event)
         includes = fold_includes(event.includes) if track_changes else list(event.includes)
         count = len(ops) + len(includes)
-        payload = sum(payload_size(op.entity) for op in ops)
+        payload = sum(operation_bytes(table_url, op.kind, op.entity) for op in ops)
         for include in includes:
             entity = include.table_entity(pk)
             check_entity(entity, f"included entity {include.row_key!r}")
-            payload += payload_size(entity)
+            kind = _INCLUDE_KINDS[include.operation]
+            payload += operation_bytes(table_url, kind, entity, include.etag)
         if count > op_budget or payload + header_payload > MAX_BATCH_BYTES:
             raise ValueError(
-                f"event {event.id or version!r} needs {count} operations and about "
+                f"event {event.id or version!r} needs {count} operations and up to "
                 f"{payload + header_payload} bytes with the header; one transaction holds "
                 f"{op_budget} besides the header and {MAX_BATCH_BYTES} bytes"
             )

@@ -9,7 +9,6 @@ names the property, its size and the limit.
 from __future__ import annotations
 
 import enum
-import json
 import math
 import re
 import uuid
@@ -275,25 +274,6 @@ def entity_size(entity: Mapping[str, Any]) -> int:
             size += utf16_size(value)
         else:
             size += 8 + utf16_size(name) + value_size(value)
-    return size
-
-
-def payload_size(entity: Mapping[str, Any]) -> int:
-    """An upper bound of the bytes one entity adds to a batch request body.
-
-    Strings travel JSON-escaped, binary as base64, and every typed value carries
-    an ``@odata.type`` annotation; 1 KiB covers the changeset part's headers.
-    """
-    size = 1024
-    for name, value in entity.items():
-        raw = value.value if isinstance(value, EntityProperty) else value
-        size += 2 * len(name) + 48
-        if isinstance(raw, str):
-            size += len(json.dumps(raw))
-        elif isinstance(raw, bytes):
-            size += 4 * ((len(raw) + 2) // 3)  # base64
-        else:
-            size += 40
     return size
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from azure.data.tables import TableClient
 
+from azurite.proxy import Proxy
 from streamstone_py import EventData, Include, Partition, Stream, join_binary, split_binary
+from streamstone_py._payload import TRANSACTION_BYTES, operation_bytes
+from streamstone_py._plan import MAX_BATCH_BYTES, plan
+from streamstone_py._rows import header_entity
 from streamstone_py._values import MAX_ENTITY_BYTES, entity_size
 from tests.faults import FaultPlan, FaultyTransport
 from tests.helpers import S, rows
@@ -126,3 +131,96 @@ def test_one_event_over_4_mib_with_its_includes_is_refused(partition: Partition)
         S.write(Stream(partition), EventData(id="small"), event)
 
     assert rows(partition) == {}
+
+
+# --- transactions sized in the bytes they carry ---------------------------------------
+
+
+def _cjk_event(n: int, first: int = 0x4E00) -> EventData:
+    """250 Int64 properties whose names are 250 CJK characters each: about
+    760 KB of request per event, though 129 KB by the entity-size formula."""
+    names = [chr(first + i) * 250 for i in range(250)]
+    return EventData(id=f"e{n}", properties=dict.fromkeys(names, 2**62 + n))
+
+
+def _batches(proxy: Proxy) -> list[int]:
+    return [len(r.body) for r, _ in proxy.seen if b"$batch" in r.head]
+
+
+def test_a_write_of_wide_names_is_split_so_each_transaction_fits_4_mib(
+    proxied_client: Any, proxy: Proxy
+) -> None:
+    # Azure answers a transaction over 4 MiB with 413; the proxy does as it does.
+    proxy.max_body = MAX_BATCH_BYTES
+    partition = Partition(proxied_client, "wide-" + uuid.uuid4().hex[:8])
+    events = [_cjk_event(n) for n in range(1, 9)]
+
+    result = S.write(Stream(partition), *events)
+
+    assert result.stream.version == 8
+    sizes = _batches(proxy)
+    assert len(sizes) == 2, sizes
+    assert max(sizes) <= MAX_BATCH_BYTES, sizes
+    assert sum(sizes) > MAX_BATCH_BYTES  # one transaction would not have fitted
+    stored = rows(partition)  # a plain azure-data-tables client's view
+    for event in events:
+        version = int(event.id[1:])  # type: ignore[index]
+        assert stored[partition.event_row_key(version)] == {
+            **event.properties, "Version": version, "SS_Id": event.id,
+        }  # fmt: skip
+    read = S.read(partition).events
+    assert [dict(e.properties) for e in read] == [dict(e.properties) for e in events]
+
+
+def test_an_event_whose_request_cannot_fit_4_mib_is_refused_before_sending(
+    proxied_client: Any, proxy: Proxy
+) -> None:
+    partition = Partition(proxied_client, "wide-" + uuid.uuid4().hex[:8])
+    wide = _cjk_event(1).properties
+    includes = [Include.insert({"RowKey": f"i{n}", **wide}) for n in range(5)]
+    with pytest.raises(ValueError, match=r"up to \d+ bytes with the header"):
+        S.write(Stream(partition), EventData(id="e", properties=wide, includes=includes))
+    assert proxy.seen == []
+    assert rows(partition) == {}
+
+
+def test_the_planned_bytes_bound_what_each_runner_sends(proxied_client: Any, proxy: Proxy) -> None:
+    # Keys in the URLs, percent-encoded (9 bytes a character), escapes of every
+    # length in names and values, ETags, and every kind of include.
+    key = "键" * 500
+    partition = Partition(proxied_client, key)
+    proxy.plan(lambda request: "pass")
+    values: dict[str, Any] = {
+        "名" * 40: '\x01"\\' * 100 + "\U0001f600" * 100,
+        "\U00010400" * 60: b"\xff" * 1000,
+        "Big": 2**63 - 1,
+        "F": -1.7976931348623157e308,
+        "At": datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        "G": uuid.UUID(int=1),
+        "T": True,
+        "Small": -(2**31),
+    }
+    stream = S.provision(partition, values)
+    S.write(stream, EventData(includes=[Include.insert({"RowKey": f"{key[:400]}{n}", **values})
+                                        for n in range(3)]))  # fmt: skip
+    stream = S.open(partition)
+    includes = [
+        Include.replace({"RowKey": f"{key[:400]}0", **values}, etag="*"),
+        Include.delete({"RowKey": f"{key[:400]}1"}, etag="*"),
+        Include.insert_or_merge({"RowKey": f"{key[:400]}2", **values}),
+        Include.insert_or_replace({"RowKey": f"{key[:400]}3", **values}),
+    ]
+    events = [EventData(id=f"e{n}", properties=values) for n in range(3)]
+    events.append(EventData(id="last", properties=values, includes=includes))
+    (chunk,) = plan(stream, events, track_changes=True)
+    header = header_entity(partition, stream.version + 4, stream.properties)
+    url = len(partition.endpoint) + 1 + len(partition.table_name)
+    bound = TRANSACTION_BYTES + operation_bytes(url, "update_replace", header)
+    bound += sum(operation_bytes(url, op.kind, op.entity, op.etag) for op in chunk.operations)
+    proxy.seen.clear()
+
+    S.write(stream, *events)
+
+    (sent,) = _batches(proxy)
+    assert sent <= bound, (sent, bound)
+    assert bound < 1.5 * sent  # a bound, not a guess far above what is sent

@@ -126,8 +126,8 @@ def test_largest_property_values_are_stored(partition: Partition) -> None:
 @pytest.mark.parametrize("key", ["a\ud800", "\udfffb", "\ud83d\ude00"])
 def test_a_key_with_a_lone_surrogate_is_refused(table: TableClient, key: str) -> None:
     # Not Unicode text, so not UTF-8: Stream.find failed inside the URL's
-    # quoting on both runners, and a write was stored by the SDK runner while
-    # Azurite answered the wire runner's with a 500.
+    # quoting on both runners, and a write stored by the SDK runner left
+    # Azurite answering every later transaction with a 500.
     with pytest.raises(ValueError, match="lone surrogate"):
         EventData(id=key)
     with pytest.raises(ValueError, match="lone surrogate"):
