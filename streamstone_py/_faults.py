@@ -21,7 +21,9 @@ carries ``retry_after`` (seconds) when the service asked to wait.
 
 from __future__ import annotations
 
+import email.utils
 import re
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from azure.core.exceptions import (
@@ -102,11 +104,18 @@ def retry_after(exc: BaseException) -> float | None:
 
 
 def parse_retry_after(value: object) -> float | None:
-    """``Retry-After`` as seconds (the service sends delta-seconds), or None."""
+    """``Retry-After`` as seconds from now, or None: HTTP allows delta-seconds
+    (what the service sends) and an HTTP date (what a proxy or gateway may)."""
     if not isinstance(value, str):
         return None
     try:
         seconds = float(value.strip())
     except ValueError:
-        return None
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # "-0000": an HTTP date is in GMT
+            when = when.replace(tzinfo=UTC)
+        seconds = max((when - datetime.now(UTC)).total_seconds(), 0.0)
     return seconds if seconds >= 0 else None

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Self, cast
 from urllib.parse import urlsplit
 
 import urllib3
+from azure.core.exceptions import ServiceResponseTimeoutError
 from azure.data.tables import TableClient
 
 from ._auth import Auth, Bearer, auth_of
+from ._deadline import POOL_CLASSES, watching
 from ._exchange import Answer, HttpCall, Service, exchange, http_date
+from ._fork import keep, renew_in_child
 from ._protocol import Request, time_left
 from ._retry import raise_as_storage_error
 
@@ -119,17 +123,30 @@ class WireTableClient(TableClient):
         **kwargs: Any,
     ) -> None:
         super().__init__(endpoint, table_name, credential=credential, **kwargs)
-        self._wire = setup = WireSetup.of(endpoint, table_name, credential, kwargs)
-        options: dict[str, Any] = {"maxsize": connection_pool_size, "block": False}
+        self._wire = WireSetup.of(endpoint, table_name, credential, kwargs)
+        self._pool_size = connection_pool_size
+        self._http = self._connections()
+        renew_in_child(self)
+
+    def _connections(self) -> urllib3.PoolManager:
+        setup = self._wire
+        options: dict[str, Any] = {"maxsize": self._pool_size, "block": False}
         if setup.verify is False:
             options["cert_reqs"] = "CERT_NONE"
         elif isinstance(setup.verify, str):
             options["ca_certs"] = setup.verify
-        self._http: urllib3.PoolManager = (
+        http = (
             urllib3.ProxyManager(setup.proxy, **options)
             if setup.proxy
             else urllib3.PoolManager(**options)
         )
+        http.pool_classes_by_scheme = POOL_CLASSES  # each request ends by its deadline
+        return http
+
+    def _after_fork(self) -> None:
+        """In a forked child: connections of its own (see :mod:`._fork`)."""
+        keep(self._http)
+        self._http = self._connections()
 
     @classmethod
     def from_connection_string(cls, conn_str: str, table_name: str, **kwargs: Any) -> Self:
@@ -160,15 +177,23 @@ class WireTableClient(TableClient):
         if setup.hook is not None:
             setup.hook(call)
         left = time_left(deadline)
-        response = self._http.request(
-            call.method,
-            call.url,
-            body=call.body,
-            headers=headers,
-            timeout=urllib3.Timeout(connect=left, read=left),
-            retries=False,
-            redirect=False,
-        )
+        with watching(time.monotonic() + left) as watch:
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.url,
+                    body=call.body,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=left, read=left),
+                    retries=False,
+                    redirect=False,
+                )
+            except Exception as exc:
+                if watch.fired:
+                    raise ServiceResponseTimeoutError(
+                        f"no complete answer in {left:.1f} s, the call's time left", error=exc
+                    ) from exc
+                raise
         return Answer(response.status, response.reason or "", response.headers, response.data)
 
     def close(self) -> None:

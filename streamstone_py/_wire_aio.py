@@ -2,11 +2,14 @@
 requests travel over HTTP/1.1 with aiohttp, spoken by the engine itself.
 
 As its sync sibling, it is a full SDK client for everything else. Its
-aiohttp session is its own, opened on first use in the running loop. A
-conditional replace goes as a one-operation ``$batch``: aiohttp sends an
-idempotent method again by itself when a kept-alive connection drops, even
-after the server applied it, and the engine must resolve such a write by
-reading, never have it re-sent blind.
+aiohttp session is its own, opened on first use in the running loop (and
+again in a forked child). Each request must be over, answer read, by its
+call's deadline (aiohttp's ``total``, where ``sock_read`` alone would let an
+answer that trickles in hold a call). aiohttp sends an idempotent method
+again by itself when a kept-alive connection drops, even after the server
+applied it: that is switched off, and a conditional replace goes as a
+one-operation ``$batch`` besides, since the engine must resolve such a
+write by reading, never have it re-sent blind.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Any, Self, cast
 
 import aiohttp
 import yarl
-from azure.core.exceptions import ServiceResponseError
+from azure.core.exceptions import ServiceResponseTimeoutError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from ._exchange import Answer, HttpCall, exchange, http_date
+from ._fork import keep, renew_in_child
 from ._protocol import Request, time_left
 from ._retry import raise_as_storage_error
 from ._wire import DEFAULT_POOL_SIZE, WireSetup
@@ -49,14 +53,27 @@ class AsyncWireTableClient(AsyncTableClient):
         elif isinstance(setup.verify, str):
             self._ssl = ssl.create_default_context(cafile=setup.verify)
         self._session: aiohttp.ClientSession | None = None
+        renew_in_child(self)
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._pool_size, ssl=self._ssl)
-            self._session = aiohttp.ClientSession(
+            session = aiohttp.ClientSession(
                 connector=connector, auto_decompress=False, trust_env=False
             )
+            if hasattr(session, "_retry_connection"):
+                # Its re-send of an idempotent request on a dropped kept-alive
+                # connection (aiohttp's own test client turns it off the same way).
+                session._retry_connection = False
+            self._session = session
         return self._session
+
+    def _after_fork(self) -> None:
+        """In a forked child: a session of its own, made in the child's loop
+        on first use (see :mod:`._fork`)."""
+        if self._session is not None:
+            keep(self._session)
+            self._session = None
 
     @classmethod
     def from_connection_string(cls, conn_str: str, table_name: str, **kwargs: Any) -> Self:
@@ -72,8 +89,10 @@ class AsyncWireTableClient(AsyncTableClient):
                 call = steps.send(await self._send(call, deadline))
         except StopIteration as stop:
             return stop.value
-        except TimeoutError as exc:  # a read that outlived its time: the request went out
-            raise ServiceResponseError(f"no answer in time: {exc!r}", error=exc) from exc
+        except TimeoutError as exc:  # an answer that outlived its time: the request went out
+            raise ServiceResponseTimeoutError(
+                f"no complete answer in the call's time: {exc!r}", error=exc
+            ) from exc
         except Exception as exc:
             raise_as_storage_error(exc)
 
@@ -91,7 +110,10 @@ class AsyncWireTableClient(AsyncTableClient):
         if setup.hook is not None:
             setup.hook(call)
         left = time_left(deadline)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=left, sock_read=left)
+        # total: the whole request, answer read, with no rounding up to the second.
+        timeout = aiohttp.ClientTimeout(
+            total=left, sock_connect=left, sock_read=left, ceil_threshold=float("inf")
+        )
         async with self._open().request(
             call.method,
             yarl.URL(call.url, encoded=True),  # as signed: not quoted again

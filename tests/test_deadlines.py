@@ -1,0 +1,103 @@
+"""A call's time, on a real socket (through azurite.proxy): ``total_time`` is a
+deadline for the whole call, answers included; no HTTP layer sends a request
+again by itself; a ``Retry-After`` is honoured in both of its forms."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from azure.core.exceptions import AzureError
+
+from azurite.proxy import Action, Proxy, Request
+from streamstone_py import EventData, Partition, RetryPolicy, Stream
+from tests.helpers import S, rows
+
+#: One try of at most two seconds.
+ONE_TRY = RetryPolicy(attempts=1, total_time=2.0)
+#: What a call may take beyond its total time: the socket's close, the scheduler.
+MARGIN = 1.0
+
+
+def gets(proxy: Proxy) -> list[Action]:
+    return [action for request, action in proxy.seen if request.method == "GET"]
+
+
+def first(action: Action, method: str) -> Any:
+    """A plan: ``action`` for the first request of ``method``, then pass everything."""
+    taken: list[Request] = []
+
+    def decide(request: Request) -> Action:
+        if not taken and request.method == method:
+            taken.append(request)
+            return action
+        return "pass"
+
+    return decide
+
+
+#: The wire clients only: the SDK's time each socket read (see docs/streams.md).
+wire_only = pytest.mark.parametrize("proxied_client", ["wire", "wire-async"], indirect=True)
+
+
+@wire_only
+def test_an_answer_that_trickles_ends_the_call_by_its_total_time(
+    proxied_client: Any, proxy: Proxy
+) -> None:
+    # A byte every 50 ms: no socket read ever waits long, the answer takes ~20 s.
+    key = "trickle-" + uuid.uuid4().hex[:8]
+    S.write(Stream(Partition(proxied_client, key)), EventData(id="e1"), EventData(id="e2"))
+    partition = Partition(proxied_client, key, retry=ONE_TRY)
+    proxy.plan(lambda request: "trickle" if request.method == "GET" else "pass")
+    proxy.seen.clear()
+
+    for read in (S.open, lambda p: S.read(p, 1, 2)):  # one read, then two side by side
+        started = time.monotonic()
+        with pytest.raises(AzureError):
+            read(partition)
+        elapsed = time.monotonic() - started
+        assert elapsed < ONE_TRY.total_time + MARGIN, elapsed
+
+    assert gets(proxy) == ["trickle"] * 4  # nothing sent again below the engine
+    proxy.plan(lambda request: "pass")
+    assert sorted(rows(partition)) == sorted(
+        ["SS-HEAD", "SS-SE-0000000001", "SS-SE-0000000002", "SS-UID-e1", "SS-UID-e2"]
+    )
+
+
+@wire_only
+def test_a_read_whose_kept_alive_connection_drops_is_not_sent_again_below_the_engine(
+    proxied_client: Any, proxy: Proxy
+) -> None:
+    # aiohttp repeats an idempotent request (GET, PUT, DELETE) by itself when a
+    # kept-alive connection drops; only the engine's policy may send one again.
+    partition = Partition(proxied_client, "resend-" + uuid.uuid4().hex[:8], retry=ONE_TRY)
+    S.write(Stream(partition), EventData(id="e1"))
+    assert S.open(partition).version == 1  # the connection is kept alive
+    proxy.seen.clear()
+    proxy.plan(first("refuse", "GET"))
+
+    with pytest.raises(AzureError):
+        S.open(partition)
+
+    assert gets(proxy) == ["refuse"]
+
+
+def test_retry_after_as_an_http_date_is_honoured(proxied_client: Any, proxy: Proxy) -> None:
+    # HTTP allows an HTTP date as well as delta-seconds (test_transport_faults
+    # waits those out, on reads and writes). A date has whole seconds: one 2 s
+    # ahead asks for over 1 s.
+    proxy.retry_after = 2
+    proxy.retry_after_date = True
+    policy = RetryPolicy(attempts=3, initial_delay=0.001, max_delay=0.01, total_time=10.0)
+    partition = Partition(proxied_client, "busy-" + uuid.uuid4().hex[:8], retry=policy)
+    proxy.plan(first("throttle", "POST"))
+    started = time.monotonic()
+
+    S.write(Stream(partition), EventData(id="e1"))  # 503, nothing applied, written again
+
+    assert time.monotonic() - started >= 1.0
+    assert [a for _, a in proxy.seen].count("throttle") == 1
+    assert sorted(rows(partition)) == ["SS-HEAD", "SS-SE-0000000001", "SS-UID-e1"]
