@@ -4,6 +4,8 @@ SDK (``TableClient``), and retrying by the partition's policy."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,14 +34,26 @@ __all__ = ["performer", "run"]
 T = TypeVar("T")
 
 _pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
 
 
 def _threads() -> ThreadPoolExecutor:
     """Threads for the sync clients' parallel reads (the header beside the events)."""
     global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="streamstone")
-    return _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="streamstone")
+        return _pool
+
+
+def _forget_threads() -> None:
+    # A forked child inherits the pool without its threads (and maybe its
+    # lock held): its first parallel read would wait forever. Make both again.
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
 
 
 def performer(table: object) -> Callable[[Request, float | None], object] | None:
