@@ -99,6 +99,7 @@ class Kind(enum.IntEnum):
 
 class Permission(enum.IntFlag):
     READ = 4
+    WRITE = 2
 
 
 class Plain(enum.Enum):
