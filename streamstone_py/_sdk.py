@@ -4,17 +4,20 @@ runners are checked against.
 
 Each call switches the SDK's own retries off (the engine retries, knowing
 which failures of a write are ambiguous) and gets timeouts that end it by
-the verb's deadline.
+the verb's deadline. azure-core applies those to each socket operation, so
+an answer that trickles in holds a sync call for as long as it trickles;
+an async call is cancelled at its deadline besides (a lost answer then).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from datetime import datetime
 from typing import Any, Final
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import ResourceNotFoundError, ServiceResponseTimeoutError
 from azure.data.tables import TableClient, UpdateMode
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
@@ -150,9 +153,14 @@ def _send(table: TableClient, request: Request, options: dict[str, Any]) -> obje
 async def perform_async(
     table: AsyncTableClient, request: Request, deadline: float | None = None
 ) -> object:
-    """Perform one request with the async SDK client."""
+    """Perform one request with the async SDK client, cancelled at its deadline."""
+    left = time_left(deadline)
     try:
-        return await _send_async(table, request, call_options(deadline))
+        return await asyncio.wait_for(_send_async(table, request, call_options(deadline)), left)
+    except TimeoutError as exc:  # azure-core raises its own errors: this is ours
+        raise ServiceResponseTimeoutError(
+            f"no complete answer in {left:.1f} s, the call's time left", error=exc
+        ) from exc
     except Exception as exc:
         raise_as_storage_error(exc)
 
