@@ -205,8 +205,11 @@ class EventData:
 
     ``id`` (optional) identifies the event for duplicate detection: a stream
     never stores two events with the same id. ``properties`` are stored as the
-    event row's columns (str, int, float, bool, bytes, timezone-aware datetime
-    or UUID). ``includes`` are written in the same transaction.
+    event row's columns: values of exactly str, int, float, bool, bytes,
+    timezone-aware datetime or UUID, which read back equal and of the same
+    type; anything else (an enum, a subclass, a numpy scalar, a Decimal) is a
+    ``TypeError`` that says what to store instead. ``includes`` are written in
+    the same transaction.
 
     ``stream_properties`` (optional) are the stream header's properties as of
     this event, for a header that carries a snapshot of the stream. The
