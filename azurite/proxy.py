@@ -20,6 +20,9 @@ Actions a plan returns for each request:
   connection without answering (applied, but the client cannot know);
 - ``"truncate"``: forward it, then send the response's head and half of its
   body, and close (applied; the client sees a cut response);
+- ``"behead"``: forward it, then send the response's status line and first
+  header only, and close (applied; the answer ends amid its headers, before
+  the ``ETag``, which HTTP/1.1 clients may take for the end of the headers);
 - ``"hang"``: forward nothing and never answer, until the client gives up;
 - ``"throttle"``: forward nothing and answer ``503 Server Busy`` with
   ``Retry-After: {retry_after}`` (nothing applied), as the service does when
@@ -50,7 +53,7 @@ from typing import Literal
 
 __all__ = ["Action", "Proxy", "Request"]
 
-Action = Literal["pass", "refuse", "drop", "truncate", "hang", "throttle", "trickle"]
+Action = Literal["pass", "refuse", "drop", "truncate", "behead", "hang", "throttle", "trickle"]
 _HOST = "127.0.0.1"
 
 
@@ -229,6 +232,10 @@ class Proxy:
                     time.sleep(self.delay)
                 if action == "truncate":
                     client.sendall(response_head + response_body[: len(response_body) // 2])
+                    return
+                if action == "behead":
+                    status, first, _ = response_head.split(b"\r\n", 2)
+                    client.sendall(status + b"\r\n" + first + b"\r\n")
                     return
                 if action == "trickle":
                     self._trickle(client, response_head + response_body)

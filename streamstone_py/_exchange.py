@@ -187,7 +187,7 @@ def _write(
     answer = yield call
     if answer.status not in (201, 204):
         raise _fail(answer)
-    return str(answer.headers.get("ETag", ""))
+    return answer.headers.get("ETag")  # none: a cut answer (see _protocol)
 
 
 def _transaction(service: Service, operations: tuple[TableOperation, ...]) -> Exchange:
@@ -234,7 +234,7 @@ def exchange(service: Service, request: Request, *, update_as_transaction: bool)
             return (yield from _write(service, "POST", f"/{service.table}", entity, prefer))
         case UpdateEntity(entity, etag) if update_as_transaction:
             operation = TableOperation("update_replace", entity, etag)
-            return (yield from _transaction(service, (operation,)))[0] or ""
+            return (yield from _transaction(service, (operation,)))[0]
         case UpdateEntity(entity, etag):
             path = _odata.entity_path(service.table, entity["PartitionKey"], entity["RowKey"])
             return (yield from _write(service, "PUT", path, entity, {"If-Match": etag}))

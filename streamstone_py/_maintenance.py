@@ -144,6 +144,7 @@ def truncate(stream: Stream, before_version: int, batch_size: int) -> Steps[Stre
                 )
             entity = header_entity(partition, current.version, current.properties, before_version)
             try:
+                # A header read always has an ETag; "" would be refused, never unconditional.
                 etag = yield from update_entity(entity, current.etag or "")
             except AzureError as exc:
                 if not _conflict_or_ambiguous(exc):

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from azure.data.tables import EntityProperty
 
-from ._protocol import TableOperation
+from ._protocol import TableOperation, expected_etag
 
 __all__ = [
     "BatchAnswer",
@@ -179,7 +179,7 @@ def operation_request(
         entity = op.entity
         url = base + entity_path(table, entity["PartitionKey"], entity["RowKey"])
         if conditional:
-            headers["If-Match"] = op.etag or "*"
+            headers["If-Match"] = expected_etag(op.kind, entity, op.etag)
     body = None if op.kind == "delete" else encode_entity(op.entity)
     return method, url, headers, body
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple, TypeAlias, TypeVar, cast
 
 import tenacity
-from azure.core.exceptions import AzureError
+from azure.core.exceptions import AzureError, DecodeError
 
 from ._faults import error_code
 from ._retry import DEFAULT_POLICY, RetryPolicy, is_ambiguous, is_transient
@@ -32,6 +32,8 @@ Entity: TypeAlias = dict[str, Any]
 OperationKind = Literal[
     "create", "update_replace", "update_merge", "delete", "upsert_replace", "upsert_merge"
 ]
+#: The operations that name the ETag they expect of the row (``"*"``: any).
+CONDITIONAL: Final[frozenset[str]] = frozenset({"update_replace", "update_merge", "delete"})
 
 
 class Row(NamedTuple):
@@ -50,6 +52,21 @@ class TableOperation:
     kind: OperationKind
     entity: Entity
     etag: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind in CONDITIONAL:
+            expected_etag(self.kind, self.entity, self.etag)
+
+
+def expected_etag(kind: str, entity: Entity, etag: str | None) -> str:
+    """The ETag a conditional write expects. Never left out: a write without
+    one would go unconditional, over whatever another writer stored."""
+    if not etag:
+        raise ValueError(
+            f"a conditional {kind} of RowKey {entity.get('RowKey')!r} without an ETag "
+            f"({etag!r}); '*' makes one unconditional"
+        )
+    return etag
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +107,9 @@ class CreateEntity:
 class UpdateEntity:
     entity: Entity
     etag: str
+
+    def __post_init__(self) -> None:
+        expected_etag("update_replace", self.entity, self.etag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,16 +190,35 @@ def pause(attempt: int, at_least: float | None = None) -> Steps[None]:
     yield Pause(attempt, at_least or 0.0)
 
 
+def _answered(etag: object, kind: str, entity: Entity) -> str:
+    """The ETag a write's answer carries. An answer without one was cut short
+    (amid its headers), whatever its status said: the write may have been
+    applied, and what it left is known only by reading."""
+    if not isinstance(etag, str) or not etag:
+        raise DecodeError(
+            f"the answer to the {kind} of RowKey {entity.get('RowKey')!r} carries no ETag "
+            f"({etag!r}): it is not a whole answer"
+        )
+    return etag
+
+
 def create_entity(entity: Entity) -> Steps[str]:
-    return cast(str, (yield CreateEntity(entity)))
+    return _answered((yield CreateEntity(entity)), "insert", entity)
 
 
 def update_entity(entity: Entity, etag: str) -> Steps[str]:
-    return cast(str, (yield UpdateEntity(entity, etag)))
+    return _answered((yield UpdateEntity(entity, etag)), "update", entity)
 
 
 def submit_transaction(operations: Sequence[TableOperation]) -> Steps[list[str | None]]:
-    return cast(list[str | None], (yield SubmitTransaction(tuple(operations))))
+    """Send a transaction: the new ETag of each operation (``None`` for a delete)."""
+    etags = cast(list[object], (yield SubmitTransaction(tuple(operations))))
+    if len(etags) != len(operations):
+        raise DecodeError(f"a transaction's answer has {len(etags)} results for {len(operations)}")
+    return [
+        None if op.kind == "delete" else _answered(etag, op.kind, op.entity)
+        for op, etag in zip(operations, etags, strict=True)
+    ]
 
 
 class Done(Exception):

@@ -23,6 +23,7 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from ._faults import table_missing
 from ._protocol import (
+    CONDITIONAL,
     CreateEntity,
     GetEntity,
     QueryEntities,
@@ -32,6 +33,7 @@ from ._protocol import (
     SubmitTransaction,
     TableOperation,
     UpdateEntity,
+    expected_etag,
     time_left,
 )
 from ._retry import raise_as_storage_error
@@ -50,10 +52,13 @@ def call_options(deadline: float | None) -> dict[str, Any]:
 def sdk_operation(op: TableOperation) -> tuple[Any, ...]:
     """The tuple azure-data-tables' ``submit_transaction`` takes."""
     conditional: dict[str, Any] = {}
-    if op.etag and op.etag != "*":
-        conditional = {"etag": op.etag, "match_condition": MatchConditions.IfNotModified}
-    elif op.etag == "*":
-        conditional = {"match_condition": MatchConditions.Unconditionally}
+    if op.kind in CONDITIONAL:
+        etag = expected_etag(op.kind, op.entity, op.etag)
+        conditional = (
+            {"match_condition": MatchConditions.Unconditionally}
+            if etag == "*"
+            else {"etag": etag, "match_condition": MatchConditions.IfNotModified}
+        )
     match op.kind:
         case "create":
             return ("create", op.entity)
@@ -140,10 +145,9 @@ def _send(table: TableClient, request: Request, options: dict[str, Any]) -> obje
             rows = [_row(e) for e in next(pager, [])]
             return rows, _token(pager)
         case CreateEntity(entity):
-            return str(table.create_entity(entity, **options)["etag"])
+            return table.create_entity(entity, **options).get("etag")
         case UpdateEntity(entity, etag):
-            metadata = table.update_entity(entity, **_update_args(etag, options))
-            return str(metadata["etag"])
+            return table.update_entity(entity, **_update_args(etag, options)).get("etag")
         case SubmitTransaction(operations):
             results = table.submit_transaction([sdk_operation(op) for op in operations], **options)
             return [r.get("etag") for r in results]
@@ -189,7 +193,7 @@ async def _send_async(table: AsyncTableClient, request: Request, options: dict[s
             page = [_row(e) async for e in await pager.__anext__()]
             return page, _token(pager)
         case CreateEntity(entity):
-            return str((await table.create_entity(entity, **options))["etag"])
+            return (await table.create_entity(entity, **options)).get("etag")
         case UpdateEntity(entity, etag):
             # aiohttp sends an idempotent method (PUT) again by itself when the
             # connection drops, even after the server applied it; a conditional
@@ -198,7 +202,7 @@ async def _send_async(table: AsyncTableClient, request: Request, options: dict[s
             # resolves a lost answer by reading instead.
             operation = TableOperation("update_replace", entity, etag)
             results = await table.submit_transaction([sdk_operation(operation)], **options)
-            return str(results[0]["etag"])
+            return results[0].get("etag")
         case SubmitTransaction(operations):
             results = await table.submit_transaction(
                 [sdk_operation(op) for op in operations], **options

@@ -100,6 +100,13 @@ class WireSetup:
         )
 
 
+def _overdue(left: float, cause: Exception | None) -> ServiceResponseTimeoutError:
+    """A request whose deadline came before its whole answer: a lost answer."""
+    return ServiceResponseTimeoutError(
+        f"no complete answer in {left:.1f} s, the call's time left", error=cause
+    )
+
+
 class WireTableClient(TableClient):
     """A table client whose streamstone requests travel on the wire.
 
@@ -190,10 +197,12 @@ class WireTableClient(TableClient):
                 )
             except Exception as exc:
                 if watch.fired:
-                    raise ServiceResponseTimeoutError(
-                        f"no complete answer in {left:.1f} s, the call's time left", error=exc
-                    ) from exc
+                    raise _overdue(left, exc) from exc
                 raise
+        if watch.fired:
+            # http.client takes the end of a socket shut amid the headers for
+            # their end: what came is a piece of an answer, never the answer.
+            raise _overdue(left, None)
         return Answer(response.status, response.reason or "", response.headers, response.data)
 
     def close(self) -> None:

@@ -72,6 +72,18 @@ def test_drop_applies_the_request_and_gives_no_answer(
     assert client.get_entity("p", "dropped")["RowKey"] == "dropped"  # it was applied
 
 
+def test_behead_applies_the_request_and_ends_the_answer_amid_its_headers(
+    connection_string: str, proxied: tuple[Proxy, str]
+) -> None:
+    proxy, table = proxied
+    client = _client(connection_string, proxy, table)
+    proxy.plan(lambda request: "behead" if request.method == "POST" else "pass")
+    # What makes the fault hard to see: the SDK takes the end for the end of
+    # the headers, and answers a success without the ETag.
+    assert client.create_entity({"PartitionKey": "p", "RowKey": "cut"}).get("etag") is None
+    assert client.get_entity("p", "cut")["RowKey"] == "cut"  # it was applied
+
+
 # What the sync client raises for each fault: these are what the engine must map.
 RAISED = {
     "refuse": "ServiceResponseError",

@@ -17,10 +17,13 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from azure.core import MatchConditions
 from azure.core.exceptions import AzureError
 
 from azurite.proxy import Action, Proxy, Request
 from streamstone_py import EventData, Partition, RetryPolicy, Stream
+from streamstone_py._protocol import OperationKind, TableOperation
+from streamstone_py._sdk import sdk_operation
 from tests.helpers import S, rows
 
 FAST = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05, total_time=3.0)
@@ -154,7 +157,12 @@ def writes(proxy: Proxy) -> list[tuple[str, Action]]:
     return [(request.method, action) for request, action in proxy.seen]
 
 
-@pytest.mark.parametrize("action", ["drop", "truncate"])
+#: An answer lost after the request was applied: dropped, cut in its body, or
+#: cut amid its headers before its ETag (which may pass for a whole answer).
+CUT_OFF: list[Action] = ["drop", "truncate", "behead"]
+
+
+@pytest.mark.parametrize("action", CUT_OFF)
 def test_a_provision_applied_then_cut_off_is_reported_as_committed(
     via_proxy: Partition, proxy: Proxy, action: Action
 ) -> None:
@@ -170,7 +178,7 @@ def test_a_provision_applied_then_cut_off_is_reported_as_committed(
     assert [m for m, _ in writes(proxy)].count("POST") == 1
 
 
-@pytest.mark.parametrize("action", ["drop", "truncate"])
+@pytest.mark.parametrize("action", CUT_OFF)
 def test_set_properties_applied_then_cut_off_is_committed_and_never_sent_twice(
     via_proxy: Partition, proxy: Proxy, action: Action
 ) -> None:
@@ -186,6 +194,18 @@ def test_set_properties_applied_then_cut_off_is_committed_and_never_sent_twice(
     sent = writes(proxy)
     assert sent[1] == ("GET", "pass"), sent  # the engine's read resolved it
     assert [m for m, _ in sent if m != "GET"] == [sent[0][0]], sent
+
+
+@pytest.mark.parametrize("kind", ["update_replace", "update_merge", "delete"])
+def test_a_conditional_operation_never_goes_without_its_etag(kind: OperationKind) -> None:
+    # An empty ETag once fell back to If-Match: * (unconditional) on the wire.
+    entity = {"PartitionKey": "p", "RowKey": "SS-HEAD"}
+    for missing in ("", None):
+        with pytest.raises(ValueError, match="without an ETag"):
+            TableOperation(kind, entity, missing)
+    assert sdk_operation(TableOperation(kind, entity, "*"))[-1]["match_condition"] == (
+        MatchConditions.Unconditionally
+    )
 
 
 def test_a_write_on_a_closed_connection_is_sent_again_only_after_the_read(
