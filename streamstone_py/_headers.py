@@ -12,6 +12,7 @@ from ._errors import StreamBeingDeletedError, StreamNotFoundError, StreamstoneEr
 from ._partition import Partition
 from ._protocol import Steps, create_entity, get_entity, update_entity
 from ._rows import header_entity, header_row, is_deleted, stream_from_row
+from ._text import exact_str
 from ._values import VERSION, check_entity, comparable, from_table
 
 if TYPE_CHECKING:
@@ -81,9 +82,9 @@ def open_stream(partition: Partition, header_type: type[Stream]) -> Steps[Stream
 
 def find(partition: Partition, event_id: str) -> Steps[int | None]:
     """The version of the event with this id, from its id row."""
-    if not isinstance(event_id, str):
-        raise TypeError(f"event_id must be a str, got {event_id!r}")
-    row = yield from get_entity(partition.partition_key, partition.id_row_key(event_id))
+    row = yield from get_entity(
+        partition.partition_key, partition.id_row_key(exact_str("event_id", event_id))
+    )
     if row is None:
         return None
     version = from_table(row.properties.get(VERSION))

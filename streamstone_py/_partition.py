@@ -10,7 +10,7 @@ from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from ._retry import DEFAULT_POLICY, RetryPolicy
-from ._values import utf16_size
+from ._text import exact_str, lone_surrogate, utf16_size
 
 __all__ = ["Partition", "check_key", "key_order", "table_endpoint"]
 
@@ -29,8 +29,6 @@ RESERVED_PREFIX: Final = "SS-"
 
 # Characters Azure Tables refuses in keys: / \ # ? and the control characters.
 _FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
-# A lone surrogate is no Unicode text: a key holding one cannot travel in a URL.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def table_endpoint(table: object) -> str:
@@ -52,8 +50,7 @@ def key_order(key: str) -> bytes:
 
 def check_key(kind: str, key: object) -> str:
     """Return ``key`` if Azure Tables can store it as (part of) a key, else raise."""
-    if not isinstance(key, str):
-        raise TypeError(f"{kind} must be a str, got {type(key).__name__}: {key!r}")
+    key = exact_str(kind, key)
     if not key:
         raise ValueError(f"{kind} must not be empty")
     bad = _FORBIDDEN.search(key)
@@ -62,7 +59,7 @@ def check_key(kind: str, key: object) -> str:
             f"{kind} {key!r} contains {bad.group()!r}; Azure Tables keys may not contain "
             "'/', '\\', '#', '?' or control characters"
         )
-    if not key.isascii() and (lone := _SURROGATE.search(key)) is not None:
+    if (lone := lone_surrogate(key)) is not None:  # no Unicode text: it cannot travel
         raise ValueError(
             f"{kind} {key!r} holds a lone surrogate {lone.group()!r} at index {lone.start()}, "
             "which is not Unicode text"
@@ -107,9 +104,7 @@ class Partition:
         retry: RetryPolicy = DEFAULT_POLICY,
     ) -> None:
         if stream is None:
-            if not isinstance(key, str):
-                raise TypeError(f"partition key must be a str, got {type(key).__name__}: {key!r}")
-            physical, _, virtual = key.partition(SEPARATOR)
+            physical, _, virtual = exact_str("partition key", key).partition(SEPARATOR)
             virtual_or_none = virtual if SEPARATOR in key else None
         else:
             physical, virtual_or_none = key, stream

@@ -20,6 +20,7 @@ from ._protocol import QueryPage, Row, query_page
 from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._rows import is_deleted, stream_from_row
 from ._runner import performer, run
+from ._text import exact_str
 from ._values import DELETED
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ def _pages(
     if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= 1000:
         raise ValueError(f"page_size must be an int from 1 to 1000, got {page_size!r}")
     for name, key in (("start_key", start_key), ("end_key", end_key)):
-        if key is not None and not isinstance(key, str):
-            raise TypeError(f"{name} must be a str or None, got {key!r}")
+        if key is not None:
+            exact_str(f"{name} (a str or None)", key)
     # Any partition key shows the header's row key (and checks the name).
     probe = Partition(table, "scan", stream_name)
     clauses, parameters = ["RowKey eq @head"], {"head": probe.header_row_key}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -19,6 +18,8 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias, cast
 
 from azure.data.tables import EdmType, EntityProperty
+
+from ._text import exact_str, lone_surrogate, type_name, utf16_size
 
 PropertyValue: TypeAlias = str | int | float | bool | bytes | datetime | uuid.UUID
 """A value the engine stores in a table property."""
@@ -51,14 +52,8 @@ RESERVED_NAMES: Final = SYSTEM_NAMES | {
 }
 
 
-def utf16_size(text: str) -> int:
-    """Bytes of ``text`` in UTF-16, the unit of Azure's string limits."""
-    return len(text.encode("utf-16-le", "surrogatepass"))
-
-
 def check_name(name: object, reserved: frozenset[str], owner: str) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"{owner} property names must be str, got {name!r}")
+    name = exact_str(f"{owner} property name", name)
     if name.lower() in reserved:
         raise ValueError(f"{owner} property name {name!r} is reserved")
     # The service counts a name's length in UTF-16 code units, as .NET does.
@@ -74,18 +69,14 @@ def check_name(name: object, reserved: frozenset[str], owner: str) -> str:
 MIN_DATETIME: Final = datetime(1601, 1, 1, tzinfo=UTC)
 MAX_DATETIME: Final = datetime.max.replace(tzinfo=UTC)  # 9999-12-31, the end of both ranges
 
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
 
 def _text(name: str, value: str) -> str:
-    if not value.isascii():
-        lone = _SURROGATE.search(value)
-        if lone is not None:
-            raise ValueError(
-                f"property {name!r}: the str holds a lone surrogate {lone.group()!r} at index "
-                f"{lone.start()}, which is not Unicode text and cannot be sent: repair the "
-                "text, or store bytes (value.encode('utf-8', 'surrogatepass'))"
-            )
+    if (lone := lone_surrogate(value)) is not None:
+        raise ValueError(
+            f"property {name!r}: the str holds a lone surrogate {lone.group()!r} at index "
+            f"{lone.start()}, which is not Unicode text and cannot be sent: repair the "
+            "text, or store bytes (value.encode('utf-8', 'surrogatepass'))"
+        )
     # A str of n code points is at most 4n bytes in UTF-16: measure only those
     # that could be over the limit.
     if len(value) > MAX_PROPERTY_BYTES // 4:
@@ -168,15 +159,9 @@ _PLAIN_OF: Final = (
 )
 
 
-def _type_name(value: object) -> str:
-    kind = type(value)
-    module = kind.__module__
-    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
-
-
 def _refusal(name: str, value: object) -> Exception:
     """Why ``value`` cannot be stored, and what to store instead."""
-    kind = _type_name(value)
+    kind = type_name(value)
     if value is None:
         return ValueError(
             f"property {name!r} is None; Azure Tables cannot store a null: leave it out"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 import pytest
 from azure.data.tables import TableClient
 
-from streamstone_py import EventData, Partition, Stream
-from tests.helpers import S, rows
+from streamstone_py import EventData, Include, Partition, Stream, check_row
+from tests.helpers import S, raw, rows
 
 
 @pytest.mark.parametrize(
@@ -132,3 +134,45 @@ def test_a_key_with_a_lone_surrogate_is_refused(table: TableClient, key: str) ->
         EventData(id=key)
     with pytest.raises(ValueError, match="lone surrogate"):
         Partition(table, key)
+
+
+class Tenant(str, enum.Enum):  # noqa: UP042 - the form whose str() is "Tenant.ACME"
+    ACME = "acme"
+
+
+class Loud(str):
+    def __str__(self) -> str:
+        return "LOUD"
+
+
+def test_keys_ids_and_names_that_are_not_exactly_str_are_refused(partition: Partition) -> None:
+    # A str subclass travels as its characters in a URL ('acme') and as its
+    # str() in a JSON body ('Tenant.ACME'): the stream became unreachable, and
+    # a committed write whose answer was lost was reported as a conflict.
+    stored = S.write(Stream(partition), EventData(id="e1")).stream
+    before = rows(partition)
+    table, key = partition.table, partition.partition_key
+    refused: list[tuple[Callable[[], object], str]] = [
+        (lambda: Partition(table, Tenant.ACME), "partition key"),
+        (lambda: Partition(table, key, Tenant.ACME), "virtual stream name"),
+        (lambda: EventData(id=Tenant.ACME), "event id"),
+        (lambda: Include.insert({"RowKey": Tenant.ACME}), "included entity RowKey"),
+        (lambda: EventData(properties={Tenant.ACME: 1}), "property name"),
+        (lambda: S.find(partition, Tenant.ACME), "event_id"),
+        (lambda: check_row({"PartitionKey": key, "RowKey": Tenant.ACME}, "row"), "RowKey"),
+    ]
+    for build, what in refused:
+        with pytest.raises(TypeError, match=rf"{what} .*Tenant.*store its \.value \('acme'\)"):
+            build()
+    with pytest.raises(TypeError, match=r"event id .*Loud.*store str\.__str__\(value\)"):
+        EventData(id=Loud("x"))
+    with pytest.raises(TypeError, match=r"start_key .*Tenant"):
+        list(Stream.scan(raw(partition), start_key=Tenant.ACME))
+    assert rows(partition) == before
+    assert before == {
+        "SS-HEAD": {"Version": 1},
+        "SS-SE-0000000001": {"Version": 1, "SS_Id": "e1"},
+        "SS-UID-e1": {"Version": 1},
+    }
+    S.write(stored, EventData(id=Tenant.ACME.value))  # what the error says to store
+    assert S.find(partition, "acme") == 2
