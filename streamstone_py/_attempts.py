@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from azure.core.exceptions import AzureError
 
 from ._errors import ConcurrencyConflictError, StreamBeingDeletedError
-from ._faults import retry_after
 from ._partition import Partition
 from ._protocol import Steps, pause
 from ._retry import is_ambiguous
@@ -86,7 +85,7 @@ def attempt(
             if outcome is NOT_APPLIED:
                 if tries >= partition.retry.attempts:
                     raise exc
-                yield from pause(tries, retry_after(exc))
+                yield from pause(tries, exc)
                 continue
             return outcome
 

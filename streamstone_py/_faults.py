@@ -92,11 +92,20 @@ def table_missing(exc: BaseException) -> bool:
     return error_code(exc) == "TableNotFound"
 
 
+#: The longest wait a ``Retry-After`` is taken for: the service asks for
+#: seconds; a larger value (a broken proxy's) is taken as this.
+MAX_RETRY_AFTER: Final = 3600.0
+#: Delta-seconds as HTTP writes them: ASCII digits only (not "1e3", "inf",
+#: "1_000" nor digits of other scripts, all of which float() and int() take).
+_DELTA_SECONDS: Final = re.compile(r"[0-9]+", re.ASCII)
+
+
 def retry_after(exc: BaseException) -> float | None:
-    """Seconds the service asked to wait (``Retry-After``), if it did."""
+    """Seconds the service asked to wait (``Retry-After``), if it did, at most
+    :data:`MAX_RETRY_AFTER`."""
     seconds = getattr(exc, "retry_after", None)
-    if isinstance(seconds, int | float):
-        return float(seconds)
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        return min(float(seconds), MAX_RETRY_AFTER) if seconds >= 0 else None  # NaN: None
     response: Any = getattr(exc, "response", None) if isinstance(exc, AzureError) else None
     headers = getattr(response, "headers", None)
     value = headers.get("Retry-After") if headers is not None else None
@@ -104,18 +113,19 @@ def retry_after(exc: BaseException) -> float | None:
 
 
 def parse_retry_after(value: object) -> float | None:
-    """``Retry-After`` as seconds from now, or None: HTTP allows delta-seconds
-    (what the service sends) and an HTTP date (what a proxy or gateway may)."""
+    """``Retry-After`` as seconds from now, at most :data:`MAX_RETRY_AFTER`, or
+    None: HTTP allows delta-seconds (what the service sends) and an HTTP date
+    (what a proxy or gateway may); anything else is no ``Retry-After``."""
     if not isinstance(value, str):
         return None
+    text = value.strip()
+    if _DELTA_SECONDS.fullmatch(text):
+        # Long runs of digits are not parsed (int() refuses over 4,300 of them).
+        return MAX_RETRY_AFTER if len(text) > 9 else min(float(text), MAX_RETRY_AFTER)
     try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:  # "-0000": an HTTP date is in GMT
-            when = when.replace(tzinfo=UTC)
-        seconds = max((when - datetime.now(UTC)).total_seconds(), 0.0)
-    return seconds if seconds >= 0 else None
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": an HTTP date is in GMT
+        when = when.replace(tzinfo=UTC)
+    return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), MAX_RETRY_AFTER)

@@ -14,7 +14,6 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
 from ._errors import ConcurrencyConflictError, StreamNotFoundError
-from ._faults import retry_after
 from ._headers import open_for_change
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
 from ._plan import MAX_BATCH_OPERATIONS
@@ -113,7 +112,7 @@ def _sweep(
             doubtful += 1
             if not is_ambiguous(exc) or doubtful >= partition.retry.attempts:
                 raise
-            yield from pause(doubtful, retry_after(exc))
+            yield from pause(doubtful, exc)
 
 
 def truncate(stream: Stream, before_version: int, batch_size: int) -> Steps[Stream]:
@@ -212,7 +211,7 @@ def delete(target: Stream | Partition, batch_size: int, header_type: type[Stream
                 raise ConcurrencyConflictError(partition, "the stream header has changed") from exc
             if attempt == partition.retry.attempts:
                 raise  # the header is unchanged: the tombstone was never written
-            yield from pause(attempt, retry_after(exc))
+            yield from pause(attempt, exc)
     yield from _finish_delete(partition, etag, batch_size)
 
 
@@ -236,4 +235,4 @@ def _finish_delete(partition: Partition, etag: str, batch_size: int) -> Steps[No
                 raise
             if (yield from header_row(partition)) is None:
                 return  # the lost answer was a success
-            yield from pause(attempt, retry_after(exc))
+            yield from pause(attempt, exc)

@@ -15,13 +15,13 @@ import time
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal, NamedTuple, TypeAlias, TypeVar, cast
+from typing import Any, Final, Literal, NamedTuple, NoReturn, TypeAlias, TypeVar, cast
 
 import tenacity
 from azure.core.exceptions import AzureError, DecodeError
 
-from ._faults import error_code
-from ._retry import DEFAULT_POLICY, RetryPolicy, is_ambiguous, is_transient
+from ._faults import error_code, retry_after
+from ._retry import DEFAULT_POLICY, RetryPolicy, is_ambiguous, is_transient, out_of_time
 
 __all__ = ["error_code"]  # the rest is imported by name within the package
 
@@ -126,10 +126,13 @@ class Parallel:
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """Wait before the verb tries again: the runner sleeps by its retry policy,
-    and at least ``at_least`` seconds (what the service asked, ``Retry-After``)."""
+    """Wait before the verb tries again after ``error``: the runner sleeps by
+    its retry policy, and at least ``at_least`` seconds (what the service
+    asked, ``Retry-After``); if that would end past the call's deadline, it
+    throws ``error`` back into the verb instead."""
 
     attempt: int
+    error: AzureError
     at_least: float = 0.0
 
 
@@ -186,8 +189,10 @@ def parallel(*requests: GetEntity | QueryEntities) -> Steps[list[Any]]:
     return cast(list[Any], (yield Parallel(requests)))
 
 
-def pause(attempt: int, at_least: float | None = None) -> Steps[None]:
-    yield Pause(attempt, at_least or 0.0)
+def pause(attempt: int, error: AzureError) -> Steps[None]:
+    """Wait before trying again after ``error``, or have it raised here if the
+    call's time would be over first."""
+    yield Pause(attempt, error, retry_after(error) or 0.0)
 
 
 def _answered(etag: object, kind: str, entity: Entity) -> str:
@@ -228,20 +233,31 @@ class Done(Exception):
         self.value = value
 
 
-def retry_args(policy: RetryPolicy, request: Request) -> dict[str, Any]:
-    """tenacity settings for one call: reads retry every transient fault, writes
-    only those that prove the request was not applied."""
+def retry_args(
+    policy: RetryPolicy, request: Request, deadline: float, where: object
+) -> dict[str, Any]:
+    """tenacity settings for one storage call of a verb whose call ends at
+    ``deadline``: reads retry every transient fault, writes only those that
+    prove the request was not applied; no pause ends past the deadline."""
 
     def retryable(exc: BaseException) -> bool:
         if not is_transient(exc):
             return False
         return isinstance(request, GetEntity | QueryEntities | QueryPage) or not is_ambiguous(exc)
 
+    def give_up(state: tenacity.RetryCallState) -> NoReturn:
+        assert state.outcome is not None
+        error = state.outcome.exception()
+        assert error is not None
+        if state.attempt_number < policy.attempts:  # stopped by the time, not the count
+            out_of_time(error, where, policy, deadline)
+        raise error
+
     return {
-        "stop": policy.stop(),
+        "stop": policy.stop(deadline),
         "wait": policy.wait(),
         "retry": tenacity.retry_if_exception(retryable),
-        "reraise": True,
+        "retry_error_callback": give_up,
     }
 
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Final, NoReturn, TypeVar
 
 import tenacity
 from azure.core.exceptions import (
@@ -196,14 +198,19 @@ def is_ambiguous(exc: BaseException) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How the engine retries transient faults of one storage call.
+    """How the engine retries the transient faults of one verb call.
 
-    Exponential backoff with full jitter from ``initial_delay`` up to
-    ``max_delay`` between tries; at most ``attempts`` tries and ``total_time``
-    seconds per call: each try's connect and read timeouts are the time left,
-    so a server that never answers fails the call after about ``total_time``.
-    The same bounds apply to resolving an ambiguous write (a write whose
-    answer was lost can so take up to about twice ``total_time``).
+    ``total_time`` is the deadline of the whole call (a ``Stream.write``, a
+    ``Stream.read``...): every storage request it makes, every retry and
+    every pause between them, a lost write's resolution included, starts
+    before it. Each try's connect and read timeouts are the time left (at
+    least :data:`._protocol.MIN_TIMEOUT`), so a server that never answers
+    fails the call after about ``total_time``. Between tries: exponential
+    backoff with full jitter from ``initial_delay`` up to ``max_delay``, and
+    at least what the service asked (``Retry-After``); a pause that would end
+    past the deadline is not taken, and the call ends at once with the error
+    it had, which says so. At most ``attempts`` tries of each request, and
+    of a write the verb sends again after reading that it was not applied.
     ``RetryPolicy(attempts=1)`` turns retries off.
     """
 
@@ -217,17 +224,21 @@ class RetryPolicy:
             raise ValueError(f"attempts must be an int >= 1, got {self.attempts!r}")
         for name in ("initial_delay", "max_delay", "total_time"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            if (
+                not isinstance(value, int | float)
+                or isinstance(value, bool)
+                or not 0 <= value < math.inf
+            ):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
-    def stop(self) -> tenacity.stop.stop_base:
-        return tenacity.stop_after_attempt(self.attempts) | tenacity.stop_after_delay(
-            self.total_time
-        )
+    def stop(self, deadline: float) -> tenacity.stop.stop_base:
+        """Stop after ``attempts`` tries, or before a pause that would end past
+        ``deadline`` (``time.monotonic()`` clock)."""
+        return tenacity.stop_after_attempt(self.attempts) | _Past(deadline)
 
     def wait(self) -> tenacity.wait.wait_base:
         """Backoff with full jitter, and at least what the service asked
-        (``Retry-After`` of a 429 or 503), within the call's total time."""
+        (``Retry-After`` of a 429 or 503)."""
         return _Wait(self)
 
     def deadline(self) -> float:
@@ -241,22 +252,48 @@ class RetryPolicy:
         return float(self.wait()(state))
 
 
+class _Past(tenacity.stop.stop_base):
+    """Stop before a pause that would end past the call's deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return time.monotonic() + (retry_state.upcoming_sleep or 0.0) >= self.deadline
+
+
 class _Wait(tenacity.wait.wait_base):
     def __init__(self, policy: RetryPolicy) -> None:
         self.backoff = tenacity.wait_random_exponential(
             multiplier=policy.initial_delay, max=policy.max_delay
         )
-        self.total = policy.total_time
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         seconds = float(self.backoff(retry_state))
         outcome = retry_state.outcome
         error = outcome.exception() if outcome is not None else None
         asked = retry_after(error) if error is not None else None
-        if asked is not None:
-            left = self.total - (retry_state.seconds_since_start or 0.0)
-            seconds = max(seconds, min(asked, max(left, 0.0)))
-        return seconds
+        return seconds if asked is None else max(seconds, asked)
+
+
+E = TypeVar("E", bound=BaseException)
+
+#: Says why a call ended before its tries were spent (WARNING records).
+log: Final = logging.getLogger("streamstone_py")
+
+
+def out_of_time(error: E, where: object, policy: RetryPolicy, deadline: float) -> E:
+    """``error``, which ends the call at ``where`` because no time is left to
+    try again: noted on the error, and logged."""
+    asked = retry_after(error)
+    if asked is not None and time.monotonic() + asked >= deadline:
+        why = f"the service asked to wait {asked:g} s (Retry-After)"
+    else:
+        why = "another try would start"
+    reason = f"{why}, past the call's deadline (total_time={policy.total_time:g} s)"
+    error.add_note(f"streamstone_py did not try again: {reason}")
+    log.warning("%s: %s, not tried again: %s", where, type(error).__name__, reason)
+    return error
 
 
 #: The policy of partitions that do not name one.

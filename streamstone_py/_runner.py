@@ -26,7 +26,7 @@ from ._protocol import (
     pause_seconds,
     retry_args,
 )
-from ._retry import DEFAULT_POLICY, RetryPolicy
+from ._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
 from ._wire import WireTableClient
 
 __all__ = ["performer", "run"]
@@ -69,6 +69,7 @@ def run(partition: object, steps: Steps[T]) -> T:
     """Drive a verb to its outcome with the partition's sync client."""
     table = getattr(partition, "table", None)
     policy: RetryPolicy = getattr(partition, "retry", DEFAULT_POLICY)
+    deadline = policy.deadline()  # of the whole call: every request, retry and pause
     perform = performer(table)
     result: object = None
     error: AzureError | None = None
@@ -86,12 +87,16 @@ def run(partition: object, steps: Steps[T]) -> T:
             )
         result, error = None, None
         if isinstance(request, Pause):
-            time.sleep(pause_seconds(policy, request))
+            seconds = pause_seconds(policy, request)
+            if time.monotonic() + seconds >= deadline:
+                error = out_of_time(request.error, partition, policy, deadline)
+            else:
+                time.sleep(seconds)
             continue
 
         def call(request: Request, perform: Any = perform) -> object:
-            retrying = tenacity.Retrying(**retry_args(policy, request))
-            return retrying(perform, request, policy.deadline())
+            retrying = tenacity.Retrying(**retry_args(policy, request, deadline, partition))
+            return retrying(perform, request, deadline)
 
         try:
             if isinstance(request, Parallel):

@@ -20,6 +20,7 @@ The async client needs ``aiohttp``, a dependency of this package.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar, cast
 
@@ -31,7 +32,7 @@ from . import _headers, _maintenance, _plan, _reads, _sdk, _writes
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._protocol import Done, Parallel, Pause, Request, Steps, advance, pause_seconds, retry_args
-from ._retry import DEFAULT_POLICY, RetryPolicy
+from ._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
 from ._stream import Stream as StreamHeader
 from ._values import PropertyValue
 from ._wire_aio import AsyncWireTableClient
@@ -61,6 +62,7 @@ async def run(partition: object, steps: Steps[T]) -> T:
     """Drive a verb to its outcome with the partition's async client."""
     table = getattr(partition, "table", None)
     policy: RetryPolicy = getattr(partition, "retry", DEFAULT_POLICY)
+    deadline = policy.deadline()  # of the whole call: every request, retry and pause
     perform = performer(table)
     result: object = None
     error: AzureError | None = None
@@ -78,12 +80,16 @@ async def run(partition: object, steps: Steps[T]) -> T:
             )
         result, error = None, None
         if isinstance(request, Pause):
-            await asyncio.sleep(pause_seconds(policy, request))
+            seconds = pause_seconds(policy, request)
+            if time.monotonic() + seconds >= deadline:
+                error = out_of_time(request.error, partition, policy, deadline)
+            else:
+                await asyncio.sleep(seconds)
             continue
 
         async def call(request: Request, perform: Any = perform) -> object:
-            retrying = tenacity.AsyncRetrying(**retry_args(policy, request))
-            return await retrying(perform, request, policy.deadline())
+            retrying = tenacity.AsyncRetrying(**retry_args(policy, request, deadline, partition))
+            return await retrying(perform, request, deadline)
 
         try:
             if isinstance(request, Parallel):

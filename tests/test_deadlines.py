@@ -9,11 +9,12 @@ import uuid
 from typing import Any
 
 import pytest
-from azure.core.exceptions import AzureError, ServiceResponseTimeoutError
+from azure.core.exceptions import AzureError, HttpResponseError, ServiceResponseTimeoutError
 from azure.data.tables import UpdateMode
 
 from azurite.proxy import Action, Proxy, Request
 from streamstone_py import ConcurrencyConflictError, EventData, Partition, RetryPolicy, Stream
+from streamstone_py._faults import MAX_RETRY_AFTER, parse_retry_after
 from tests.helpers import S, raw, rows
 
 #: One try of at most a second.
@@ -130,3 +131,74 @@ def test_retry_after_as_an_http_date_is_honoured(proxied_client: Any, proxy: Pro
     assert time.monotonic() - started >= 1.0
     assert [a for _, a in proxy.seen].count("throttle") == 1
     assert sorted(rows(partition)) == ["SS-HEAD", "SS-SE-0000000001", "SS-UID-e1"]
+
+
+def test_a_write_that_never_gets_an_answer_ends_by_its_total_time(
+    proxied_client: Any, proxy: Proxy
+) -> None:
+    # Each storage call once had a deadline of its own, and the verb sent the
+    # write again after each read found it not applied: 6 tries of 2 s took 12 s.
+    policy = RetryPolicy(attempts=6, initial_delay=0.01, max_delay=0.05, total_time=1.0)
+    partition = Partition(proxied_client, "hung-" + uuid.uuid4().hex[:8], retry=policy)
+    proxy.plan(lambda request: "pass" if request.method == "GET" else "hang")
+    started = time.monotonic()
+
+    with pytest.raises(ServiceResponseTimeoutError):
+        S.write(partition, EventData(id="e1"), expected_version=0)
+
+    assert time.monotonic() - started < policy.total_time + MARGIN
+    assert [(r.method, a) for r, a in proxy.seen] == [("POST", "hang"), ("GET", "pass")]
+    assert rows(partition) == {}
+
+
+@pytest.mark.parametrize("retry_after", [30, 10**12])
+def test_a_retry_after_past_the_deadline_ends_the_call_at_once(
+    proxied_client: Any, proxy: Proxy, caplog: pytest.LogCaptureFixture, retry_after: int
+) -> None:
+    # Waited out in full, past any total_time; 10**12 s overflowed time.sleep
+    # on the sync runner and hung the async one.
+    policy = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.05, total_time=2.0)
+    partition = Partition(proxied_client, "busy-" + uuid.uuid4().hex[:8], retry=policy)
+    proxy.retry_after = retry_after
+    proxy.plan(first("throttle", "POST"))
+    started = time.monotonic()
+
+    with pytest.raises(HttpResponseError) as write:
+        S.write(partition, EventData(id="e1"), expected_version=0)
+    proxy.plan(first("throttle", "GET"))
+    with pytest.raises(HttpResponseError) as read:
+        S.open(partition)
+
+    assert time.monotonic() - started < 1.0
+    for error in (write.value, read.value):
+        assert error.status_code == 503
+        assert any("past the call's deadline" in note for note in error.__notes__)
+    said = [r.getMessage() for r in caplog.records if r.name == "streamstone_py"]
+    assert sum("Retry-After" in line and "past the call's deadline" in line for line in said) == 2
+    assert [(r.method, a) for r, a in proxy.seen] == [
+        ("POST", "throttle"), ("GET", "pass"), ("GET", "throttle"),
+    ]  # fmt: skip
+    assert rows(partition) == {}
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("3", 3.0),
+        (" 120 ", 120.0),
+        ("99999999999999999999", MAX_RETRY_AFTER),  # capped, not overflowing a sleep
+        ("Fri, 31 Dec 9999 23:59:59 GMT", MAX_RETRY_AFTER),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date gone by: no wait
+        ("inf", None),  # float() and int() take these; HTTP does not
+        ("1_000", None),
+        ("\u0663", None),  # ARABIC-INDIC DIGIT THREE
+        ("1e3", None),
+        ("-1", None),
+        ("2.5", None),
+        ("", None),
+    ],
+)
+def test_retry_after_is_delta_seconds_in_ascii_digits_or_an_http_date(
+    header: str, seconds: float | None
+) -> None:
+    assert parse_retry_after(header) == seconds

@@ -305,9 +305,19 @@ def test_fault_classification(error: Exception, transient: bool, ambiguous: bool
     assert is_ambiguous(error) is ambiguous
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"attempts": 0}, {"initial_delay": -1}, {"max_delay": "x"}, {"total_time": -0.5}]
-)
+#: Settings a policy refuses: out of range, not numbers, and never ending.
+BAD_SETTINGS: list[dict[str, Any]] = [
+    {"attempts": 0},
+    {"initial_delay": -1},
+    {"max_delay": "x"},
+    {"total_time": -0.5},
+    {"total_time": float("inf")},
+    {"max_delay": float("nan")},
+    {"total_time": True},
+]
+
+
+@pytest.mark.parametrize("kwargs", BAD_SETTINGS)
 def test_retry_policy_refuses_bad_settings(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         RetryPolicy(**kwargs)
