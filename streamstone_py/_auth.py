@@ -8,7 +8,8 @@ table clients take, signed or attached as the Table service documents.
   every request's query;
 - a ``TokenCredential`` (azure-identity): a bearer token for
   ``https://storage.azure.com/.default``, kept until shortly before it
-  expires, sent over HTTPS only.
+  expires, waited for no longer than the call's deadline, sent over HTTPS
+  only.
 """
 
 from __future__ import annotations
@@ -17,11 +18,18 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import inspect
 import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Final
 
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
+from azure.core.exceptions import ServiceRequestError
+
+from ._fork import renew_in_child
+from ._protocol import time_left
 
 __all__ = ["SCOPE", "Auth", "auth_of"]
 
@@ -38,14 +46,17 @@ class Auth:
     #: The SAS token to append to every URL's query ("" for none).
     query: str = ""
 
-    def header(self, method: str, resource: str, content_type: str, date: str) -> str | None:
-        """The ``Authorization`` value for a request (None: the query authenticates)."""
+    def header(
+        self, method: str, resource: str, content_type: str, date: str, deadline: float | None
+    ) -> str | None:
+        """The ``Authorization`` value for a request (None: the query
+        authenticates), by ``deadline``, the call's (``time.monotonic()`` clock)."""
         return None
 
     async def header_async(
-        self, method: str, resource: str, content_type: str, date: str
+        self, method: str, resource: str, content_type: str, date: str, deadline: float | None
     ) -> str | None:
-        return self.header(method, resource, content_type, date)
+        return self.header(method, resource, content_type, date, deadline)
 
 
 class SharedKey(Auth):
@@ -56,7 +67,9 @@ class SharedKey(Auth):
         self.account = account
         self._key = base64.b64decode(key)
 
-    def header(self, method: str, resource: str, content_type: str, date: str) -> str:
+    def header(
+        self, method: str, resource: str, content_type: str, date: str, deadline: float | None
+    ) -> str:
         text = f"{method}\n\n{content_type}\n{date}\n/{self.account}{resource}"
         digest = hmac.new(self._key, text.encode("utf-8"), hashlib.sha256).digest()
         return f"SharedKey {self.account}:{base64.b64encode(digest).decode('ascii')}"
@@ -73,39 +86,107 @@ class Sas(Auth):
         return "Sas(***)"
 
 
+class TokenTimeoutError(TimeoutError):
+    """No bearer token came within the call's time: the request was not sent."""
+
+
 class Bearer(Auth):
-    """A bearer token from a ``TokenCredential`` (sync or async), cached."""
+    """A bearer token from a ``TokenCredential`` (sync or async), cached.
+
+    A token is fetched in the background, one fetch at a time, and each
+    request waits for it only until its call's deadline: a token endpoint
+    that is slow or hangs ends the call in time, as a request that was not
+    sent (``ServiceRequestError``), and the token that comes later serves the
+    calls after it. No lock is held while fetching, and a forked child
+    starts afresh (see :mod:`._fork`): the parent's fetch is not its own.
+    """
 
     def __init__(self, credential: Any) -> None:
         self.credential = credential
-        self._token: str | None = None
-        self._expires = 0.0
+        self._cached: tuple[str, float] | None = None  # the token, and when it expires
+        self._start()
+        renew_in_child(self)
+
+    def _start(self) -> None:
         self._lock = threading.Lock()
-        self._alock: asyncio.Lock | None = None
+        self._fetching: Future[str] | None = None  # a sync credential's fetch, in a thread
+        self._task: asyncio.Task[str] | None = None  # an async credential's, in a loop
 
-    def _fresh(self) -> bool:
-        return self._token is not None and time.time() < self._expires - _RENEW_BEFORE
+    def _after_fork(self) -> None:
+        self._start()
 
-    def header(self, method: str, resource: str, content_type: str, date: str) -> str:
+    def _fresh(self) -> str | None:
+        cached = self._cached
+        return cached[0] if cached is not None and time.time() < cached[1] - _RENEW_BEFORE else None
+
+    def _keep(self, token: Any) -> str:
+        self._cached = (token.token, float(token.expires_on))
+        return str(token.token)
+
+    def _fetch(self) -> Future[str]:
+        """The fetch under way, or a new one in a thread of its own."""
         with self._lock:
-            if not self._fresh():
-                token = self.credential.get_token(SCOPE)
-                self._token, self._expires = token.token, float(token.expires_on)
-            return f"Bearer {self._token}"
+            fetching = self._fetching
+            if fetching is None or fetching.done():
+                fetching = self._fetching = Future()
+                threading.Thread(
+                    target=self._get, args=(fetching,), name="streamstone-token", daemon=True
+                ).start()
+            return fetching
 
-    async def header_async(self, method: str, resource: str, content_type: str, date: str) -> str:
-        if self._alock is None:
-            self._alock = asyncio.Lock()
-        async with self._alock:
-            if not self._fresh():
-                token = self.credential.get_token(SCOPE)
-                if asyncio.iscoroutine(token):
-                    token = await token
-                self._token, self._expires = token.token, float(token.expires_on)
-            return f"Bearer {self._token}"
+    def _get(self, fetching: Future[str]) -> None:
+        try:
+            fetching.set_result(self._keep(self.credential.get_token(SCOPE)))
+        except BaseException as exc:
+            fetching.set_exception(exc)
+
+    def header(
+        self, method: str, resource: str, content_type: str, date: str, deadline: float | None
+    ) -> str:
+        token = self._fresh()
+        if token is None:
+            left = time_left(deadline)
+            try:
+                token = self._fetch().result(timeout=left)
+            except FutureTimeout as exc:
+                raise _late(left) from exc
+        return f"Bearer {token}"
+
+    async def header_async(
+        self, method: str, resource: str, content_type: str, date: str, deadline: float | None
+    ) -> str:
+        token = self._fresh()
+        if token is None:
+            left = time_left(deadline)
+            if inspect.iscoroutinefunction(self.credential.get_token):
+                pending: asyncio.Future[str] = self._task_in(asyncio.get_running_loop())
+            else:  # a sync credential: its fetch must not hold the event loop
+                pending = asyncio.wrap_future(self._fetch())
+            try:
+                token = await asyncio.wait_for(asyncio.shield(pending), left)
+            except TimeoutError as exc:
+                raise _late(left) from exc
+        return f"Bearer {token}"
+
+    def _task_in(self, loop: asyncio.AbstractEventLoop) -> asyncio.Task[str]:
+        """The async credential's fetch under way in ``loop``, or a new one."""
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not loop:
+            task = self._task = loop.create_task(self._get_async())
+        return task
+
+    async def _get_async(self) -> str:
+        return self._keep(await self.credential.get_token(SCOPE))
 
     def __repr__(self) -> str:
         return f"Bearer({type(self.credential).__name__})"
+
+
+def _late(left: float) -> ServiceRequestError:
+    return ServiceRequestError(
+        f"no bearer token in {left:.1f} s, the call's time left: the request was not sent",
+        error=TokenTimeoutError(),
+    )
 
 
 def auth_of(credential: object, endpoint_query: str) -> Auth:

@@ -5,7 +5,8 @@ event-loop selector. Each wire client therefore gets connections of its own
 in the child, and leaves the parent's untouched: closing them there could
 take a lock some other thread held at the fork, or unregister a socket from
 the selector the parent still uses. They are kept, never used, so that
-collecting them never closes anything either.
+collecting them never closes anything either. A bearer token's cache starts
+afresh too: a fetch under way at the fork ran in a thread the child lacks.
 """
 
 from __future__ import annotations

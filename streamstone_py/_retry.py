@@ -90,6 +90,7 @@ _NOT_CONNECTED: Final = frozenset(
         "ConnectTimeoutError",  # urllib3
         "ConnectTimeout",  # requests
         "ConnectionRefusedError",
+        "TokenTimeoutError",  # _auth: no bearer token in time, so no request
     }
 )
 

@@ -178,7 +178,9 @@ class WireTableClient(TableClient):
         headers = call.headers
         headers["x-ms-date"] = date
         headers["User-Agent"] = setup.agent
-        authorization = setup.auth.header(call.method, call.resource, call.content_type, date)
+        authorization = setup.auth.header(
+            call.method, call.resource, call.content_type, date, deadline
+        )
         if authorization is not None:
             headers["Authorization"] = authorization
         if setup.hook is not None:

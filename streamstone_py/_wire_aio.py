@@ -103,7 +103,7 @@ class AsyncWireTableClient(AsyncTableClient):
         headers["x-ms-date"] = date
         headers["User-Agent"] = setup.agent
         authorization = await setup.auth.header_async(
-            call.method, call.resource, call.content_type, date
+            call.method, call.resource, call.content_type, date, deadline
         )
         if authorization is not None:
             headers["Authorization"] = authorization

@@ -15,12 +15,13 @@ import pytest
 from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from azurite.launcher import account
+from azurite.launcher import AzuriteTable, account
 from azurite.proxy import Proxy
 from handlers._outcome import StrategyName
 from streamstone_py import Partition, WireTableClient
 from streamstone_py.aio import AsyncWireTableClient
 from tests.helpers import azurite_port, register_raw, wait
+from tests.oauth import certificate
 
 
 @pytest.fixture(scope="session")
@@ -132,3 +133,24 @@ def proxied_client(
         wait(client.close())
     else:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def oauth_azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteTable]:
+    """An Azurite that takes bearer tokens: HTTPS (its own certificate), ``--oauth basic``."""
+    cert, key = certificate(tmp_path_factory.mktemp("tls"))
+    with AzuriteTable(https=(cert, key), oauth=True) as azurite:
+        yield azurite
+
+
+@pytest.fixture
+def oauth_table(oauth_azurite: AzuriteTable) -> str:
+    """A new table of ``oauth_azurite``, made with its account key."""
+    name = "oauth" + uuid.uuid4().hex[:10]
+    assert oauth_azurite.https is not None
+    verify = str(oauth_azurite.https[0])
+    service = TableServiceClient.from_connection_string(
+        oauth_azurite.connection_string, connection_verify=verify
+    )
+    service.create_table(name)  # by account key: it works beside bearer tokens
+    return name

@@ -9,10 +9,17 @@ client the partition holds, so one test body checks both. ``rows`` and
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
 import threading
-from collections.abc import Coroutine, Mapping
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar, cast
 
+import pytest
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
@@ -159,3 +166,37 @@ def drain(queue: Any) -> list[str]:
             texts.append(received.content)
             queue.delete_message(received)
     return texts
+
+
+def report(send: Callable[[bytes], object], work: Callable[[], object]) -> None:
+    """Run ``work`` in a child process and send its result, or its error, as JSON."""
+    try:
+        send(json.dumps({"ok": work()}).encode())
+    except BaseException:
+        send(json.dumps({"error": traceback.format_exc()}).encode())
+
+
+def forked(work: Callable[[], object], within: float) -> Any:
+    """``work()`` in a child made by ``os.fork``: ``{"ok": result}`` or ``{"error":
+    traceback}``; the test fails if the child is still at it after ``within`` s."""
+    readable, writable = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork() in a threaded process
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(readable)
+            report(lambda data: os.write(writable, data), work)
+        finally:
+            os._exit(0)
+    os.close(writable)
+    deadline = time.monotonic() + within
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(readable)
+            pytest.fail(f"the forked child was still at work after {within} s")
+        time.sleep(0.05)
+    with os.fdopen(readable, "rb") as pipe:
+        return json.loads(pipe.read())

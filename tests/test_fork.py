@@ -8,13 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
-import os
-import signal
-import time
-import traceback
 import uuid
 import warnings
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -24,7 +19,7 @@ from azure.data.tables import TableClient
 from azurite.proxy import Proxy
 from streamstone_py import EventData, Partition, RetryPolicy, Stream, WireTableClient, aio
 from streamstone_py.aio import AsyncWireTableClient
-from tests.helpers import wait
+from tests.helpers import forked, report, wait
 
 POLICY = RetryPolicy(attempts=2, total_time=5.0)
 #: The child's reads, each within the policy's time, and its start.
@@ -57,39 +52,6 @@ def _new_clients(connection_string: str, table: str) -> dict[str, Any]:
     }
 
 
-def _report(send: Callable[[bytes], object], work: Callable[[], object]) -> None:
-    """Run ``work`` in the child and send its result, or its error, as JSON."""
-    try:
-        send(json.dumps({"ok": work()}).encode())
-    except BaseException:
-        send(json.dumps({"error": traceback.format_exc()}).encode())
-
-
-def _forked(work: Callable[[], object]) -> Any:
-    """``work()`` in a child made by ``os.fork``; killed if it outlives CHILD_TIME."""
-    readable, writable = os.pipe()
-    with warnings.catch_warnings():  # Python 3.12 warns of fork() in a threaded process
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(readable)
-            _report(lambda data: os.write(writable, data), work)
-        finally:
-            os._exit(0)
-    os.close(writable)
-    deadline = time.monotonic() + CHILD_TIME
-    while os.waitpid(pid, os.WNOHANG) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(readable)
-            pytest.fail(f"the forked child was still reading after {CHILD_TIME} s")
-        time.sleep(0.05)
-    with os.fdopen(readable, "rb") as pipe:
-        return json.loads(pipe.read())
-
-
 @pytest.fixture
 def stream_key(table: TableClient, sdk_table: TableClient, async_wire_table: Any) -> str:
     """A stream of five events, read in the parent through all three runners first,
@@ -109,7 +71,7 @@ def test_a_child_made_by_os_fork_reads_with_new_clients(
     def work() -> object:
         return _read_with(_new_clients(connection_string, table.table_name), stream_key)
 
-    answer = _forked(work)
+    answer = forked(work, CHILD_TIME)
 
     expected = [list(e) for e in SLICE]
     assert answer == {"ok": {"wire": expected, "sdk": expected, "wire-async": expected}}
@@ -117,7 +79,7 @@ def test_a_child_made_by_os_fork_reads_with_new_clients(
 
 
 def _child_main(connection_string: str, table: str, key: str, out: Connection) -> None:
-    _report(out.send_bytes, lambda: _read_with(_new_clients(connection_string, table), key))
+    report(out.send_bytes, lambda: _read_with(_new_clients(connection_string, table), key))
 
 
 def test_a_multiprocessing_fork_child_reads_with_new_clients(
@@ -160,7 +122,7 @@ def test_a_child_reads_with_the_parents_wire_clients_on_connections_of_its_own(
 
     # The parent's kept-alive sockets are shared with the child: reading on
     # them would mix the two processes' answers.
-    answer = _forked(lambda: _read_with(clients, key))
+    answer = forked(lambda: _read_with(clients, key), CHILD_TIME)
 
     assert answer == {"ok": {"wire": expected, "wire-async": expected}}
     assert proxy.connections > before  # the child opened its own

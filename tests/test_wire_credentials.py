@@ -5,25 +5,18 @@ in any log record, for a user who logs everything at DEBUG."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import ipaddress
-import json
 import logging
-import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.core.credentials import AccessToken, AzureNamedKeyCredential, AzureSasCredential
+from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 from azure.data.tables import (
     AccountSasPermissions,
     ResourceTypes,
     TableClient,
-    TableServiceClient,
     generate_account_sas,
 )
 
@@ -32,6 +25,7 @@ from streamstone_py import EventData, Partition, Stream, WireTableClient
 from streamstone_py import aio as streams
 from streamstone_py.aio import AsyncWireTableClient
 from tests.helpers import wait
+from tests.oauth import Issuer
 
 ACCOUNT = "devstoreaccount1"
 
@@ -105,93 +99,6 @@ def test_a_sas_token_the_service_refuses_gives_its_request_id_status_and_code(
 # --- a TokenCredential, against an Azurite that takes bearer tokens ------------------
 
 
-def _certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (its own authority), and its key."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert, private = directory / "cert.pem", directory / "key.pem"
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert, private
-
-
-def _jwt(lifetime: float) -> str:
-    """A token Azurite's basic OAuth takes: it checks the claims, not the signature."""
-
-    def part(value: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
-
-    now = int(time.time())
-    claims = {
-        "aud": "https://storage.azure.com",
-        "iss": f"https://sts.windows.net/{uuid.uuid4()}/",
-        "iat": now,
-        "nbf": now - 60,
-        "exp": int(now + lifetime),
-    }
-    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}."
-
-
-class Issuer:
-    """A ``TokenCredential`` that counts its tokens; each lives ``lifetime`` seconds."""
-
-    def __init__(self, lifetime: float) -> None:
-        self.lifetime = lifetime
-        self.scopes: list[tuple[str, ...]] = []
-        self.issued: list[str] = []
-
-    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
-        self.scopes.append(scopes)
-        self.issued.append(_jwt(self.lifetime))
-        return AccessToken(self.issued[-1], int(time.time() + self.lifetime))
-
-
-@pytest.fixture(scope="module")
-def oauth_azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteTable]:
-    cert, key = _certificate(tmp_path_factory.mktemp("tls"))
-    with AzuriteTable(https=(cert, key), oauth=True) as azurite:
-        yield azurite
-
-
-@pytest.fixture
-def oauth_table(oauth_azurite: AzuriteTable) -> str:
-    name = "oauth" + uuid.uuid4().hex[:10]
-    assert oauth_azurite.https is not None
-    verify = str(oauth_azurite.https[0])
-    service = TableServiceClient.from_connection_string(
-        oauth_azurite.connection_string, connection_verify=verify
-    )
-    service.create_table(name)  # by account key: it works beside bearer tokens
-    return name
-
-
 def test_a_token_credential_gets_a_bearer_token_once_while_it_lasts(
     oauth_azurite: AzuriteTable, oauth_table: str
 ) -> None:
@@ -223,7 +130,8 @@ def test_a_token_close_to_its_expiry_is_renewed_before_each_request(
             return len((await streams.Stream.read(partition)).events)
 
     assert wait(roundtrip()) == 1
-    assert len(issuer.scopes) >= 3  # the write, the read's header and its events
+    # The write, and the read (its header and events, side by side, may share a fetch).
+    assert len(issuer.scopes) >= 2
 
 
 def test_an_expired_token_is_refused_by_the_service(
