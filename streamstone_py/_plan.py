@@ -5,6 +5,7 @@ before anything is sent."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -58,10 +59,19 @@ class Chunk:
     header_properties: Mapping[str, Any] = field(default_factory=dict)
 
     def add_includes(self, partition_key: str, track_changes: bool) -> None:
-        """Append the include operations after the event rows, as Streamstone orders them."""
-        for include in fold_includes(self.includes) if track_changes else self.includes:
+        """Append the include operations after the event rows, as Streamstone
+        orders them. Each include was measured alone; one folded from several
+        (properties merged) is measured again, as it will be stored."""
+        folded = fold_includes(self.includes) if track_changes else self.includes
+        several = Counter(include.row_key for include in self.includes)
+        for include in folded:
             etag = include.etag if include.operation in ("replace", "delete") else None
             entity = include.table_entity(partition_key)
+            if several[include.row_key] > 1:
+                owner = (
+                    f"included entity {include.row_key!r} (its includes in one transaction, folded)"
+                )
+                check_entity(entity, owner)
             self.operations.append(TableOperation(_INCLUDE_KINDS[include.operation], entity, etag))
             self.roles.append(include)
 
@@ -84,15 +94,16 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
         # An update addressed by its keys, conditional on an ETag not known yet.
         return TRANSACTION_BYTES + operation_bytes(table_url, "update_replace", entity)
 
-    header_payload = header_bytes(header_of(stream, last_version))
+    header = header_of(stream, last_version)
+    header_payload = header_bytes(header)
     chunks = [Chunk(header_properties=properties)]
+    headers = [header]  # each chunk's, as its last event leaves it (the largest version)
     for offset, event in enumerate(events):
         version = stream.version + offset + 1
         if event.stream_properties is not None:
             properties = event.stream_properties
-            header_payload = header_bytes(
-                header_entity(partition, last_version, properties, stream.first_version)
-            )
+            header = header_entity(partition, last_version, properties, stream.first_version)
+            header_payload = header_bytes(header)
         ops, roles = event_operations(partition, version, event)
         includes = fold_includes(event.includes) if track_changes else list(event.includes)
         count = len(ops) + len(includes)
@@ -115,6 +126,7 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
         ):
             chunk = Chunk()
             chunks.append(chunk)
+            headers.append(header)
         chunk.events.append(event)
         chunk.operations += ops
         chunk.roles += roles
@@ -122,7 +134,9 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
         chunk.count += count
         chunk.payload += payload
         chunk.header_properties = properties
-    for chunk in chunks:
+        headers[-1] = header
+    for chunk, header in zip(chunks, headers, strict=True):
+        check_entity(header, "stream header")
         chunk.add_includes(pk, track_changes)
     return chunks
 

@@ -11,7 +11,15 @@ import pytest
 from azure.data.tables import TableClient
 
 from azurite.proxy import Proxy
-from streamstone_py import EventData, Include, Partition, Stream, join_binary, split_binary
+from streamstone_py import (
+    EventData,
+    Include,
+    Partition,
+    PropertyValue,
+    Stream,
+    join_binary,
+    split_binary,
+)
 from streamstone_py._payload import TRANSACTION_BYTES, operation_bytes
 from streamstone_py._plan import MAX_BATCH_BYTES, plan
 from streamstone_py._rows import header_entity
@@ -224,3 +232,56 @@ def test_the_planned_bytes_bound_what_each_runner_sends(proxied_client: Any, pro
     (sent,) = _batches(proxy)
     assert sent <= bound, (sent, bound)
     assert bound < 1.5 * sent  # a bound, not a guess far above what is sent
+
+
+#: A header one property over the limit (252 and its Version), and one over
+#: 1 MiB by Azure's formula: provision refused both, a write stored them.
+HEADERS_OVER: dict[str, dict[str, PropertyValue]] = {
+    "properties": {f"P{i}": i for i in range(252)},
+    "bytes": split_binary("S", b"\x03" * 1_050_000),
+}
+
+
+@pytest.mark.parametrize("over", sorted(HEADERS_OVER))
+def test_a_write_whose_header_is_over_the_entity_limits_is_refused_before_sending(
+    partition: Partition, over: str
+) -> None:
+    properties = HEADERS_OVER[over]
+    limit = "properties; Azure Tables allows 252" if over == "properties" else "bytes; the limit"
+    for stream, events in (
+        (Stream(partition, properties), [EventData(id="e1")]),
+        (Stream(partition), [EventData(id="e1"), EventData(id="e2", stream_properties=properties)]),
+    ):
+        with pytest.raises(ValueError, match=f"stream header (has|is) .*{limit}"):
+            Stream.check_write(stream, *events)
+        with pytest.raises(ValueError, match=f"stream header (has|is) .*{limit}"):
+            S.write(stream, *events)
+    assert rows(partition) == {}
+
+
+#: Two includes of one row, each within the limits, that fold into one over them.
+FOLDS_OVER: dict[str, tuple[dict[str, PropertyValue], dict[str, PropertyValue]]] = {
+    "properties": ({f"A{i}": i for i in range(200)}, {f"B{i}": i for i in range(200)}),
+    "bytes": (split_binary("X", b"\x01" * 600_000), split_binary("Y", b"\x02" * 600_000)),
+}
+
+
+@pytest.mark.parametrize("over", sorted(FOLDS_OVER))
+def test_includes_that_fold_into_one_over_the_entity_limits_are_refused_before_sending(
+    partition: Partition, over: str
+) -> None:
+    # The folded row was sent: 400 properties were stored, 1.2 MB refused by the
+    # service as EntityTooLarge and reported as an include's conflict.
+    first, second = FOLDS_OVER[over]
+    events = [
+        EventData(id="e1", includes=[Include.insert_or_merge({"RowKey": "proj", **first})]),
+        EventData(id="e2", includes=[Include.insert_or_merge({"RowKey": "proj", **second})]),
+    ]
+    folded = r"included entity 'proj' \(its includes in one transaction, folded\) (has|is)"
+    with pytest.raises(ValueError, match=folded):
+        Stream.check_write(Stream(partition), *events)
+    with pytest.raises(ValueError, match=folded):
+        S.write(Stream(partition), *events)
+    assert rows(partition) == {}
+    S.write(Stream(partition), events[0])  # each alone fits
+    assert sorted(rows(partition)) == ["SS-HEAD", "SS-SE-0000000001", "SS-UID-e1", "proj"]
