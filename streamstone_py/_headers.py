@@ -33,7 +33,7 @@ def provision(
     partition: Partition, properties: Mapping[str, Any] | None, header_type: type[Stream]
 ) -> Steps[Stream]:
     entity = header_entity(partition, 0, properties or {})
-    check_entity(entity, "stream header")
+    check_entity(entity, "stream header", emulator=partition.is_emulator)
 
     def send() -> Steps[str]:
         return (yield from create_entity(entity))
@@ -104,7 +104,7 @@ def set_properties(stream: Stream, properties: Mapping[str, Any]) -> Steps[Strea
     partition = stream.partition
     header_type = type(stream)
     entity = header_entity(partition, stream.version, properties, stream.first_version)
-    check_entity(entity, "stream header")
+    check_entity(entity, "stream header", emulator=partition.is_emulator)
     etag_before = stream.etag
 
     def send() -> Steps[str]:

@@ -11,6 +11,7 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._text import exact_str, lone_surrogate, utf16_size
+from ._values import EMULATOR_ACCOUNT
 
 __all__ = ["Partition", "check_key", "key_order", "table_endpoint"]
 
@@ -39,6 +40,14 @@ def table_endpoint(table: object) -> str:
         return ""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/").lower()
+
+
+def _account(endpoint: str) -> str:
+    """The account an endpoint names: its host's first label, or on the
+    emulator (``http://127.0.0.1:10002/devstoreaccount1``) its path's first part."""
+    parts = urlsplit(endpoint)
+    first = parts.path.strip("/").partition("/")[0]
+    return first or (parts.hostname or "").partition(".")[0]
 
 
 def key_order(key: str) -> bytes:
@@ -85,7 +94,9 @@ class Partition:
     stream name may not contain ``|`` nor start with ``SS-``.
     """
 
-    __slots__ = ("_endpoint", "_key", "partition_key", "retry", "row_key_prefix", "table")
+    __slots__ = (
+        "_emulator", "_endpoint", "_key", "partition_key", "retry", "row_key_prefix", "table",
+    )  # fmt: skip
 
     table: TableClient | AsyncTableClient
     partition_key: str
@@ -94,6 +105,7 @@ class Partition:
     retry: RetryPolicy
     _key: str
     _endpoint: str
+    _emulator: bool
 
     def __init__(
         self,
@@ -136,6 +148,7 @@ class Partition:
         object.__setattr__(self, "row_key_prefix", prefix)
         object.__setattr__(self, "_key", full)
         object.__setattr__(self, "_endpoint", table_endpoint(table))
+        object.__setattr__(self, "_emulator", _account(self._endpoint) == EMULATOR_ACCOUNT)
         # The longest engine row key is an id row; check the fixed part here.
         check_key("row key", self.header_row_key)
 
@@ -157,6 +170,13 @@ class Partition:
         (so never a SAS token): with the table name and the key, what
         identifies the stream."""
         return self._endpoint
+
+    @property
+    def is_emulator(self) -> bool:
+        """True on the storage emulator's account (``devstoreaccount1``, as
+        Azurite's endpoint names it), whose writes the engine holds to the
+        emulator's quirks besides Azure's limits."""
+        return self._emulator
 
     @property
     def is_virtual(self) -> bool:

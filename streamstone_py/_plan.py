@@ -58,7 +58,7 @@ class Chunk:
     #: The header's properties once this transaction commits.
     header_properties: Mapping[str, Any] = field(default_factory=dict)
 
-    def add_includes(self, partition_key: str, track_changes: bool) -> None:
+    def add_includes(self, partition_key: str, track_changes: bool, emulator: bool) -> None:
         """Append the include operations after the event rows, as Streamstone
         orders them. Each include was measured alone; one folded from several
         (properties merged) is measured again, as it will be stored."""
@@ -71,7 +71,7 @@ class Chunk:
                 owner = (
                     f"included entity {include.row_key!r} (its includes in one transaction, folded)"
                 )
-                check_entity(entity, owner)
+                check_entity(entity, owner, emulator=emulator)
             self.operations.append(TableOperation(_INCLUDE_KINDS[include.operation], entity, etag))
             self.roles.append(include)
 
@@ -86,6 +86,7 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
     op_budget = MAX_BATCH_OPERATIONS - 1  # the header is in every transaction
     partition = stream.partition
     pk = partition.partition_key
+    emulator = partition.is_emulator
     table_url = len(partition.endpoint) + 1 + len(partition.table_name)
     last_version = stream.version + len(events)
     properties: Mapping[str, Any] = stream.properties
@@ -110,7 +111,7 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
         payload = sum(operation_bytes(table_url, op.kind, op.entity) for op in ops)
         for include in includes:
             entity = include.table_entity(pk)
-            check_entity(entity, f"included entity {include.row_key!r}")
+            check_entity(entity, f"included entity {include.row_key!r}", emulator=emulator)
             kind = _INCLUDE_KINDS[include.operation]
             payload += operation_bytes(table_url, kind, entity, include.etag)
         if count > op_budget or payload + header_payload > MAX_BATCH_BYTES:
@@ -136,8 +137,8 @@ def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> li
         chunk.header_properties = properties
         headers[-1] = header
     for chunk, header in zip(chunks, headers, strict=True):
-        check_entity(header, "stream header")
-        chunk.add_includes(pk, track_changes)
+        check_entity(header, "stream header", emulator=emulator)
+        chunk.add_includes(pk, track_changes, emulator)
     return chunks
 
 

@@ -121,5 +121,5 @@ def event_operations(
         }
         ops.append(TableOperation("create", id_row))
         roles.append(event)
-    check_entity(row, f"event {event.id or version!r}")
+    check_entity(row, f"event {event.id or version!r}", emulator=partition.is_emulator)
     return ops, roles

@@ -262,8 +262,30 @@ def entity_size(entity: Mapping[str, Any]) -> int:
     return size
 
 
-def check_entity(entity: Mapping[str, Any], owner: str) -> None:
-    """Refuse a converted entity over Azure's per-entity limits."""
+#: The account name of Azure's storage emulator (Azurite's, by default).
+EMULATOR_ACCOUNT: Final = "devstoreaccount1"
+#: Property names Azurite drops from a row without a word: the members of
+#: JavaScript's Object.prototype (hasOwnProperty it answers with a 500, after
+#: storing part of the transaction). Exact names: ``Constructor`` is stored.
+EMULATOR_DROPS: Final = frozenset(
+    {
+        "constructor", "__proto__", "__defineGetter__", "__defineSetter__",
+        "__lookupGetter__", "__lookupSetter__", "hasOwnProperty", "isPrototypeOf",
+        "propertyIsEnumerable", "toString", "toLocaleString", "valueOf",
+    }
+)  # fmt: skip
+
+
+def check_entity(entity: Mapping[str, Any], owner: str, *, emulator: bool = False) -> None:
+    """Refuse a converted entity over Azure's per-entity limits, and, for the
+    ``emulator``'s account, one whose names it would drop."""
+    if emulator and not EMULATOR_DROPS.isdisjoint(entity):
+        name = min(EMULATOR_DROPS.intersection(entity))
+        raise ValueError(
+            f"{owner} property {name!r} would be dropped by Azurite, which loses the names "
+            "of JavaScript's Object.prototype members: the partition's account is "
+            f"{EMULATOR_ACCOUNT}, the emulator's (Azure stores the name): choose another"
+        )
     custom = len(entity) - 2  # PartitionKey and RowKey
     if custom > MAX_PROPERTIES:
         raise ValueError(
