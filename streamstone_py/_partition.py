@@ -10,8 +10,7 @@ from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from ._retry import DEFAULT_POLICY, RetryPolicy
-from ._text import exact_str, lone_surrogate, utf16_size
-from ._values import EMULATOR_ACCOUNT
+from ._text import EMULATOR_ACCOUNT, exact_str, lone_surrogate, utf16_size
 
 __all__ = ["Partition", "check_key", "key_order", "table_endpoint"]
 

@@ -7,11 +7,37 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["exact_str", "lone_surrogate", "type_name", "utf16_size"]
+__all__ = [
+    "EMULATOR_ACCOUNT",
+    "emulator_drop",
+    "exact_str",
+    "lone_surrogate",
+    "type_name",
+    "utf16_size",
+]
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+#: The account name of Azure's storage emulator (Azurite's, by default).
+EMULATOR_ACCOUNT: Final = "devstoreaccount1"
+#: Property names Azurite drops from a row without a word: the members of
+#: JavaScript's Object.prototype (hasOwnProperty it answers with a 500, after
+#: storing part of the transaction). Exact names: ``Constructor`` is stored.
+_EMULATOR_DROPS: Final = frozenset(
+    {
+        "constructor", "__proto__", "__defineGetter__", "__defineSetter__",
+        "__lookupGetter__", "__lookupSetter__", "hasOwnProperty", "isPrototypeOf",
+        "propertyIsEnumerable", "toString", "toLocaleString", "valueOf",
+    }
+)  # fmt: skip
+
+
+def emulator_drop(names: Iterable[str]) -> str | None:
+    """One of ``names`` that Azurite would drop (the first in sort order), if any."""
+    return min(_EMULATOR_DROPS.intersection(names), default=None)
 
 
 def utf16_size(text: str) -> int:

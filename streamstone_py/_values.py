@@ -19,7 +19,7 @@ from typing import Any, Final, TypeAlias, cast
 
 from azure.data.tables import EdmType, EntityProperty
 
-from ._text import exact_str, lone_surrogate, type_name, utf16_size
+from ._text import EMULATOR_ACCOUNT, emulator_drop, exact_str, lone_surrogate, type_name, utf16_size
 
 PropertyValue: TypeAlias = str | int | float | bool | bytes | datetime | uuid.UUID
 """A value the engine stores in a table property."""
@@ -123,11 +123,16 @@ def _moment(name: str, value: datetime) -> datetime:
             "Tables stores, 1601-01-01 to 9999-12-31 UTC: store it as a str "
             "(value.isoformat()) instead"
         )
-    if utc != value:  # PEP 495: never equal across zones within a repeated hour
+    if utc != value:  # PEP 495: never equal across zones in a gap or a fold
+        wall = value.replace(tzinfo=None, fold=0)
+        where = (
+            "falls in a repeated hour of its time zone"
+            if utc.astimezone(value.tzinfo).replace(tzinfo=None, fold=0) == wall
+            else "does not exist in its time zone (its clocks skipped that hour)"
+        )
         raise ValueError(
-            f"property {name!r}: datetime {value!r} falls in a repeated hour of its time "
-            "zone, so it would not compare equal to the UTC time it reads back as: "
-            "store value.astimezone(timezone.utc)"
+            f"property {name!r}: datetime {value!r} {where}, so it would not compare "
+            "equal to the UTC time it reads back as: store value.astimezone(timezone.utc)"
         )
     return value
 
@@ -262,25 +267,10 @@ def entity_size(entity: Mapping[str, Any]) -> int:
     return size
 
 
-#: The account name of Azure's storage emulator (Azurite's, by default).
-EMULATOR_ACCOUNT: Final = "devstoreaccount1"
-#: Property names Azurite drops from a row without a word: the members of
-#: JavaScript's Object.prototype (hasOwnProperty it answers with a 500, after
-#: storing part of the transaction). Exact names: ``Constructor`` is stored.
-EMULATOR_DROPS: Final = frozenset(
-    {
-        "constructor", "__proto__", "__defineGetter__", "__defineSetter__",
-        "__lookupGetter__", "__lookupSetter__", "hasOwnProperty", "isPrototypeOf",
-        "propertyIsEnumerable", "toString", "toLocaleString", "valueOf",
-    }
-)  # fmt: skip
-
-
 def check_entity(entity: Mapping[str, Any], owner: str, *, emulator: bool = False) -> None:
     """Refuse a converted entity over Azure's per-entity limits, and, for the
     ``emulator``'s account, one whose names it would drop."""
-    if emulator and not EMULATOR_DROPS.isdisjoint(entity):
-        name = min(EMULATOR_DROPS.intersection(entity))
+    if emulator and (name := emulator_drop(entity)) is not None:
         raise ValueError(
             f"{owner} property {name!r} would be dropped by Azurite, which loses the names "
             "of JavaScript's Object.prototype members: the partition's account is "

@@ -155,6 +155,7 @@ REFUSED: list[tuple[Any, str]] = [
     (datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-1))), r"1601-01-01 to"),
     (datetime(2024, 1, 1), "must be timezone-aware"),
     (datetime(2024, 11, 3, 1, 30, tzinfo=_NEW_YORK), r"repeated hour.*astimezone"),
+    (datetime(2024, 3, 10, 2, 30, tzinfo=_NEW_YORK), r"does not exist .*skipped.*astimezone"),
     ("a\ud800b", r"lone surrogate '\\ud800' at index 1"),
     (None, "cannot store a null"),
     (2**63, "does not fit in 64 bits"),
