@@ -202,11 +202,12 @@ class RetryPolicy:
     """How the engine retries the transient faults of one verb call.
 
     ``total_time`` is the deadline of the whole call (a ``Stream.write``, a
-    ``Stream.read``...): every storage request it makes, every retry and
-    every pause between them, a lost write's resolution included, starts
-    before it. Each try's connect and read timeouts are the time left (at
-    least :data:`._protocol.MIN_TIMEOUT`), so a server that never answers
-    fails the call after about ``total_time``. Between tries: exponential
+    ``Stream.read``...): of every storage request it makes, every retry and
+    every pause between them, a lost write's resolution included. Each try's
+    connect and read timeouts are the time left, at least
+    :data:`._protocol.MIN_TIMEOUT` (a request the call must still make once
+    the deadline has passed gets one try of that), so a server that never
+    answers fails the call after about ``total_time``. Between tries: exponential
     backoff with full jitter from ``initial_delay`` up to ``max_delay``, and
     at least what the service asked (``Retry-After``); a pause that would end
     past the deadline is not taken, and the call ends at once with the error
