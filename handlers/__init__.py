@@ -44,7 +44,7 @@ from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
-from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher
+from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
 from ._reading import scan_keys, scan_states
 from ._rounds import process_until_settled
 from ._store import StateStore, StoredVersion
@@ -93,6 +93,7 @@ __all__ = [
     "handler",
     "is_outage",
     "json_data",
+    "poison_name_refusal",
     "process_until_settled",
     "read_queue_text",
     "scan_keys",

@@ -106,7 +106,7 @@ def sent_time(value: object, where: str) -> tuple[str | None, str | None]:
             return None, f"sent time {value!r} ({where}) has no time zone"
         return sent.astimezone(UTC).isoformat(), None
     except (ValueError, OverflowError):
-        return None, f"sent time {str(value)[:80]!r} ({where}) is not an ISO-8601 time in range"
+        return None, f"sent time {str(value)[:80]!r} ({where}) is not an ISO-8601 time"
 
 
 def _with_sent_at(message: Message, sent_at: SentAt | None) -> Message | Refused:
@@ -180,7 +180,7 @@ def admit_text(
 def _sendable(message: Message, sent_at: SentAt | None) -> Message | Refused:
     """The message with its sent time, once its envelope is known to encode."""
     try:
-        encode_envelope(message)
+        encode_envelope(message, what="message")
         return _with_sent_at(message, sent_at)
     except Exception as exc:  # a NaN or an infinity in the body, say
         return Refused(f"invalid message: {exc}", message)

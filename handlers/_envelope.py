@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -74,35 +73,44 @@ def from_json_data(value: Any, depth: int = 0) -> Any:
     return value
 
 
+def _bytes_marked(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {_BYTES: base64.b64encode(bytes(value)).decode("ascii")}
+    raise TypeError(f"cannot send {type(value).__name__} as JSON")
+
+
 def _dumps(data: Any) -> str:
     return json.dumps(
-        data, allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=True
-    )
+        data, allow_nan=False, ensure_ascii=False, separators=(",", ":"), sort_keys=True,
+        default=_bytes_marked,
+    )  # fmt: skip
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON can hold")
 
 
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):  # 1e999: JSON's grammar takes it, a float cannot hold it
-        raise ValueError(f"the number {text[:40]} is too large for a float")
-    return number
-
-
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    return json.loads(text, parse_constant=_no_constant)
 
 
-def encode_envelope(message: Message) -> str:
+def _may_hold_markers(text: str) -> bool:
+    """Whether JSON ``text`` may hold a marker's key: it holds ``"$base64"`` or
+    ``"$object"``, or writes a ``$`` as an escape. Most texts hold neither, so
+    they skip the walk that marking takes (a key is written whole, quotes
+    included; inside a string value the quotes would be escaped)."""
+    return '"$base64"' in text or '"$object"' in text or "\\u0024" in text
+
+
+def encode_envelope(message: Message, *, what: str = "output") -> str:
     """The JSON text a queue message carries for ``message`` (before base64);
-    ``ValueError`` for a body JSON cannot hold (NaN, infinities)."""
+    ``ValueError`` for a body JSON cannot hold (NaN, infinities), naming the
+    message as ``what``."""
     envelope: dict[str, Any] = {
         "id": message.id,
         "key": message.key,
         "type": message.type,
-        "body": json_data(message.body),
+        "body": message.body,  # marked below if it may need it
         "headers": dict(message.headers),
     }
     if message.due is not None:
@@ -110,9 +118,12 @@ def encode_envelope(message: Message) -> str:
     if message.produced is not None:
         envelope["produced"] = message.produced.isoformat()
     try:
-        return _dumps(envelope)
+        text = _dumps(envelope)
+        if _may_hold_markers(text):  # a body's own mapping may look like a marker: mark it
+            text = _dumps({**envelope, "body": json_data(message.body)})
+        return text
     except (ValueError, TypeError) as exc:
-        raise ValueError(f"output {message.id!r} cannot travel as JSON: {exc}") from None
+        raise ValueError(f"{what} {message.id!r} cannot travel as JSON: {exc}") from None
 
 
 def _time(envelope: dict[str, Any], name: str) -> datetime | None:
@@ -136,11 +147,12 @@ def _message(text: str, default_id: str | None) -> Message:
     missing = [name for name in ("id", "key", "type") if name not in envelope]
     if missing:
         raise ValueError(f"it has no {' and no '.join(missing)}")
+    body = envelope.get("body")
     return Message(
         envelope["id"],
         envelope["key"],
         envelope["type"],
-        from_json_data(envelope.get("body")),
+        from_json_data(body) if _may_hold_markers(text) else body,
         envelope.get("headers") or {},
         _time(envelope, "due"),
         _time(envelope, "produced"),

@@ -40,8 +40,9 @@ POISON_SUFFIX: Final = "-poison"
 Route = Mapping[str, str] | Callable[[Message], str]
 
 
-def poison_name_refusal(queue: str, option: str = "poison_queue=") -> str | None:
-    """Why ``<queue>-poison`` cannot name a queue (``queue`` is too long), or None."""
+def poison_name_refusal(queue: str, option: str | None = "poison_queue=") -> str | None:
+    """Why ``<queue>-poison`` cannot name a queue (``queue`` is too long), or
+    None; ``option``: what names another poison queue, if anything does."""
     poison = f"{queue}{POISON_SUFFIX}"
     if len(poison) <= _LONGEST:
         return None
@@ -49,7 +50,7 @@ def poison_name_refusal(queue: str, option: str = "poison_queue=") -> str | None
     return (
         f"queue {queue!r} has {len(queue)} characters: its poison queue {poison!r} would have "
         f"{len(poison)}, over the {_LONGEST} a queue name may have; name the queue in at most "
-        f"{most} characters, or give {option}"
+        f"{most} characters" + (f", or give {option}" if option else "")
     )
 
 

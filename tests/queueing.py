@@ -39,13 +39,17 @@ def tally(state: Tally, message: Message, ctx: HandlerContext) -> None:
 class Seen:
     ids: list[str] = field(default_factory=list)
     bodies: list[Any] = field(default_factory=list)
+    dues: list[str | None] = field(default_factory=list)
 
 
 @handler("Seen", Seen, types=["Keep", "Added"])
 def seen(state: Seen, message: Message, ctx: HandlerContext) -> None:
-    """What a consumer of outputs received: each message's id and body, in order."""
+    """What a consumer received: each message's id, body and due, in order;
+    its output ``Saw`` carries the body on."""
     state.ids.append(message.id)
     state.bodies.append(message.body)
+    state.dues.append(None if message.due is None else message.due.isoformat())
+    ctx.publish("Saw", {"body": message.body})
 
 
 def send(queue: QueueClient, message: Message, *, plain: bool = False) -> None:
