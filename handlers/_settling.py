@@ -190,7 +190,9 @@ class Settler:
         self.report("abandoned", held, outcome.message, reason, outcome)
 
     def fault(self, held: Held, message: Message, outcome: Outcome) -> None:
-        """Storage away: the message is kept in hand (and tried again); said once."""
+        """Storage away: the message is kept in hand, its lock renewed, and
+        tried again; said once."""
+        held.kept = True
         Receive(held.id).fault(outcome.reason or "faulted")
         self.count(faulted=1)
         self.report("faulted", held, message, f"kept until storage answers: {outcome.reason}",

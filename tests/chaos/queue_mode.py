@@ -137,8 +137,9 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
         table = WireTableClient.from_connection_string(connection, table_name)
         table.create_table()
         stats_file = os.path.join(data, "consumer-stats.jsonl")
+        outcomes_file = os.path.join(data, "consumer-outcomes.jsonl")
         env = {**os.environ, "STREAMSTONE_CONNECTION_STRING": connection,
-               "CHAOS_STATS": stats_file}  # fmt: skip
+               "CHAOS_STATS": stats_file, "CHAOS_OUTCOMES": outcomes_file}  # fmt: skip
         workers = _Workers(config, env, [table_name, in_name, out_name])
         for _ in range(config.processes):
             workers.start()
@@ -201,7 +202,9 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
             for line in lines:
                 report.consumers.update(json.loads(line))
         report.messages, report.hostile = len(sent), len(hostile)
-        check(report, sent, hostile, table, service, in_name, out_name)
+        with contextlib.suppress(FileNotFoundError), open(outcomes_file) as lines:
+            told = [json.loads(line) for line in lines if line.endswith("\n")]
+        check(report, sent, hostile, told, table, service, in_name, out_name)
         table.close()
     report.seconds = time.monotonic() - started
     return report

@@ -87,6 +87,7 @@ def check(
     report: QueueReport,
     sent: dict[str, Message],
     hostile: dict[str, str],
+    told: list[dict[str, Any]],
     table: Any,
     service: QueueServiceClient,
     in_name: str,
@@ -150,10 +151,15 @@ def check(
             poisoned.add(message_id)
             report.poisoned_stored += message_id in stored
             # A valid message is shelved only for what its handler did, every time.
-            if entry.reason.startswith("failed on receive") and HANDLER_FAILED in entry.reason:
+            if _handler_failed(entry, told):
                 report.poisoned_by_handler += 1
             else:
-                violations.append(f"valid message {message_id} poisoned: {entry.reason}")
+                kind = sent[message_id].type if message_id in sent else "?"
+                seen = [(t["action"], t["receive"], t["reason"]) for t in told
+                        if t["id"] == message_id]  # fmt: skip
+                violations.append(
+                    f"valid message {message_id} ({kind}) poisoned: {entry.reason}; told {seen}"
+                )
     lost = sorted(set(sent) - stored - poisoned)
     if lost:
         violations.append(f"sent, neither stored nor poisoned: {lost[:10]} ({len(lost)})")
@@ -163,3 +169,23 @@ def check(
     left = drain(service.get_queue_client(in_name))
     if left:
         violations.append(f"{len(left)} queue messages left on the input queue")
+
+
+def _handler_failed(entry: PoisonEntry, told: list[dict[str, Any]]) -> bool:
+    """Whether the message was poisoned for what its handler did: it failed on
+    its last allowed receive; or, poisoned for being received too often, its
+    handler failed on every receive that ran it (the workers tell each as it
+    happens; a receive kept through an outage ran nothing), so the receives
+    it lacks were lost to killed workers, which the rule that stops a message
+    killing its worker counts by design."""
+    if entry.reason.startswith("failed on receive"):
+        return HANDLER_FAILED in entry.reason
+    message_id = read_text(entry.content).id
+    ran = [
+        t for t in told
+        if t["id"] == message_id and t["action"] != "poisoned"
+        and not (t["action"] == "faulted" and str(t["reason"]).startswith("kept until storage"))
+    ]  # fmt: skip
+    return bool(ran) and all(
+        t["action"] == "abandoned" and HANDLER_FAILED in (t["reason"] or "") for t in ran
+    )

@@ -38,10 +38,8 @@ def client(table: str) -> TableClient:
     return service_table
 
 
-def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
-    """The output rows, without when each was produced (two tables differ in it)."""
-    written = spark.read.parquet(f"{path}/outputs").drop("produced")
-    return sorted(tuple(r) for r in written.collect())
+def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:  # but when produced
+    return sorted(tuple(r) for r in spark.read.parquet(f"{path}/outputs").drop("produced").rdd)
 
 
 def outcomes(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
