@@ -39,7 +39,7 @@ def client(table: str) -> TableClient:
 
 
 def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:  # but when produced
-    return sorted(tuple(r) for r in spark.read.parquet(f"{path}/outputs").drop("produced").rdd)
+    return sorted(map(tuple, spark.read.parquet(f"{path}/outputs").drop("produced").collect()))
 
 
 def outcomes(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
