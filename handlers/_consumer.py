@@ -74,6 +74,8 @@ class QueueConsumer:
     When storage is away, no message is given up: the page in hand is kept
     (locks renewed) and tried again after ``pause``, doubled per failed try
     up to ``max_pause``, and nothing more is received until storage answers.
+    ``renew_locks=False`` renews no lock for slow work (a kept message's
+    lock still is: an outage must cost no receive).
 
     ``sent_at``: which time of a message the late-duplicate check takes as
     its sent time: ``"produced"`` (the envelope's, set when the producing

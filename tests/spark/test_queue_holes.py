@@ -11,6 +11,8 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,12 +32,13 @@ from azurite.launcher import AzuriteTable
 from handlers import InMemoryPublisher, Message, PoisonEntry, Processor, decode_envelope
 from handlers.examples import shooting_range
 from spark_driver import JobSettings
+from spark_driver.__main__ import main
 from spark_driver._queues import OutputRoute
 from tests.helpers import drain
 from tests.hostile_texts import draw_mix, envelope, stored_exactly, valid_text
 from tests.queueing import Seen, seen
 from tests.spark.test_pipeline import client
-from tests.spark.test_queue_source import needs_pyspark_4, queues, send
+from tests.spark.test_queue_source import _command, needs_pyspark_4, queues, send
 
 __all__ = ["queues"]  # the fixture, shared with the queue source's tests
 
@@ -247,3 +250,33 @@ def test_hostile_texts_never_stop_the_stream_nor_take_a_valid_message_along(
                 QueueClient.from_connection_string(
                     os.environ["STREAMSTONE_CONNECTION_STRING"], name
                 ).delete_queue()
+
+
+@needs_pyspark_4
+def test_the_command_on_a_queue_says_the_queue_redelivers_and_when_it_poisons(
+    tmp_path: Path, table_name: str, connection_string: str,
+    queues: Callable[[str], QueueClient], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
+    inbox = queues("inbox")
+    send(inbox, [valid_text(Message("g-1", "g", "FireAt", {"aim": 3}))])  # no position
+    client(table_name)
+    args = ["run", "--input", f"queue:{inbox.queue_name}", "--output", str(tmp_path / "out"),
+            "--checkpoint", str(tmp_path / "cp"), "--table", table_name]  # fmt: skip
+    with pytest.raises(SystemExit) as refused:  # first, a name with no room for "-poison"
+        main([*args[:2], f"queue:{'q' * 57}", *args[3:]])
+    assert refused.value.code == 2
+    assert "has 57 characters: its poison queue" in capsys.readouterr().err
+
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_driver", *args], env=_command(connection_string),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert (
+        f"  the one abandoned or faulted message (exit status 3; queue {inbox.queue_name!r} "
+        "delivers each again by itself after its backoff, and poisons one still failing on "
+        "receive 5: fix the handler before then):"
+    ) in done.stdout.splitlines()
