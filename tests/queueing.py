@@ -40,15 +40,17 @@ class Seen:
     ids: list[str] = field(default_factory=list)
     bodies: list[Any] = field(default_factory=list)
     dues: list[str | None] = field(default_factory=list)
+    sent: list[str | None] = field(default_factory=list)
 
 
 @handler("Seen", Seen, types=["Keep", "Added"])
 def seen(state: Seen, message: Message, ctx: HandlerContext) -> None:
-    """What a consumer received: each message's id, body and due, in order;
+    """What a consumer received: each message's id, body, due and sent time, in order;
     its output ``Saw`` carries the body on."""
     state.ids.append(message.id)
     state.bodies.append(message.body)
     state.dues.append(None if message.due is None else message.due.isoformat())
+    state.sent.append(message.headers.get("sent_at"))
     ctx.publish("Saw", {"body": message.body})
 
 

@@ -56,11 +56,11 @@ def test_hostile_texts_are_poisoned_alone_and_bodies_due_and_produced_travel_exa
 
     key = f"k-{uuid.uuid4().hex[:6]}"
     inbox, out = queues("inbox"), queues("saw")
-    past = datetime(2020, 1, 1, tzinfo=UTC)
+    past, first = datetime(2020, 1, 1, tzinfo=UTC), datetime(2021, 6, 1, 12, tzinfo=UTC)
     valid = [
-        Message("v-1", key, "Keep", {"$base64": "aGk="}),
-        Message("v-2", key, "Keep", b"\x00hi", due=past),
-        Message("v-3", key, "Keep", [{"$object": 1}, {"$base64": b"\xff"}]),
+        Message("v-1", key, "Keep", {"$base64": "aGk="}, produced=first),
+        Message("v-2", key, "Keep", b"\x00hi", due=past, produced=first),
+        Message("v-3", key, "Keep", [{"$object": 1}, {"$base64": b"\xff"}], produced=past),
     ]
     hostile = {
         envelope(id="h-1", key=key, type="Keep", due="9999-12-31T23:00:00-05:00"): (
@@ -81,7 +81,7 @@ def test_hostile_texts_are_poisoned_alone_and_bodies_due_and_produced_travel_exa
     }
     send(inbox, [valid_text(valid[0]), *hostile, valid_text(valid[1]), valid_text(valid[2])])
     client(table_name)
-    settings = JobSettings(table=table_name, handler="tests.queueing:seen")
+    settings = JobSettings(table=table_name, handler="tests.queueing:seen", sent_at="produced")
 
     [(_, summary)] = run_queue(
         spark, inbox.queue_name, str(tmp_path / "out"), str(tmp_path / "cp"), settings,
@@ -91,9 +91,11 @@ def test_hostile_texts_are_poisoned_alone_and_bodies_due_and_produced_travel_exa
     assert (summary.messages_in, summary.processed, summary.exit_status) == (3, 3, 0)
     processor = Processor(seen, client(table_name), InMemoryPublisher())
     state: Seen = processor.current_state(key).state
-    assert sorted(zip(state.ids, state.dues, strict=True)) == [
-        ("v-1", None), ("v-2", past.isoformat()), ("v-3", None)
-    ]  # fmt: skip
+    assert sorted(zip(state.ids, state.dues, state.sent, strict=True)) == [
+        ("v-1", None, first.isoformat()),
+        ("v-2", past.isoformat(), first.isoformat()),
+        ("v-3", None, past.isoformat()),
+    ]  # fmt: skip: each its due, and its first production as its sent time
     by_id = dict(zip(state.ids, state.bodies, strict=True))
     assert {m.id: Message("m", "k", "T", by_id[m.id]).encode() for m in valid} == {
         m.id: Message("m", "k", "T", m.body).encode() for m in valid
