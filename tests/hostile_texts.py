@@ -114,15 +114,20 @@ HOSTILE: Final[dict[str, Form]] = {
 #: Keys that make a body look like a marker, or hold one.
 _MARKER_KEYS = st.sampled_from(["$base64", "$object", "a", ""]) | st.text(max_size=6)
 #: Any body a handler may publish: msgpack data, markers' look-alikes included.
+#: Text a ``$base64`` marker may hold: base64 of bytes, or text that is not.
+_BASE64ISH = st.binary(max_size=6).map(lambda data: b64(data)) | st.sampled_from(["", "!"])
 bodies = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**63), 2**64 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12)
-    | st.binary(max_size=12),
+    | st.binary(max_size=12)
+    | st.builds(lambda text: {"$base64": text}, _BASE64ISH),  # a body's own, not bytes
     lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(_MARKER_KEYS, children, max_size=3)
+        st.lists(children, max_size=3)
+        | st.dictionaries(_MARKER_KEYS, children, max_size=3)
+        | st.builds(lambda inner: {"$object": inner}, st.dictionaries(_MARKER_KEYS, children))
     ),
     max_leaves=12,
 )
