@@ -84,8 +84,9 @@ def build_parser() -> Parser:
         "--sent-at",
         metavar="COLUMN",
         help="column with each message's sent time (a timestamp, or ISO-8601 text with a "
-        "zone, e.g. a broker's enqueued time): with retention, a message sent before what "
-        "it removed is dead-lettered as late instead of applied again",
+        "zone; from a queue, produced: when it was first produced, or inserted_on): with "
+        "retention, a message sent before what it removed is dead-lettered as late instead "
+        "of applied again",
     )
     run.add_argument(
         "--concurrency",

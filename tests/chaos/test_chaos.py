@@ -313,16 +313,19 @@ def test_read_back_finds_the_kept_versions_of_a_long_truncated_stream(table: Tab
 
 @pytest.mark.timeout(300)
 def test_queue_mode_settles_with_no_violation() -> None:
-    """The queue mode, short: real queues, killed workers, lost locks, a restart."""
+    """The queue mode, short: real queues, hostile texts, killed workers, lost locks, a
+    Table service outage, a restart."""
     from .queue_mode import QueueChaosConfig, run_queue
 
     report = run_queue(
-        QueueChaosConfig(seed=SEED, duration=12, processes=2, keys=6, restarts=1, kill_every=3)
-    )
+        QueueChaosConfig(seed=SEED, duration=16, processes=2, keys=6, restarts=1, kill_every=3,
+                         hostile=0.05, outages=1, outage_seconds=4)
+    )  # fmt: skip
     print(report.table())
     assert report.violations == []
     assert report.restarts == 1
     assert report.kills >= 3
     assert report.stored > 0
     assert report.output_copies > report.outputs  # duplicates published their outputs again
-    assert report.poisoned >= report.garbage
+    assert report.poisoned >= report.hostile > 0
+    assert report.outages == 1
