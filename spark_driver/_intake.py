@@ -23,13 +23,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ._checks import INPUT_RECORD
 from ._files import canonical, exists, glob_escaped, listed, names, read_text, shown, write_text
 from ._input import json_schema, messages_of
 
@@ -40,8 +43,6 @@ _log = logging.getLogger(__name__)
 #: Spark's file source takes no new file stamped more than this before the
 #: newest it took (its default is 7 days): a hundred years is "any".
 NO_MAX_AGE: Final = "36500d"
-#: What the job keeps beside Spark's own records in the checkpoint.
-_RECORDS: Final = "streamstone"
 _FORMATS: Final = {"json": "JSON lines", "parquet": "Parquet"}
 #: A read that failed because the storage could not be reached, not because of
 #: the file: the stream stops (to be run again) instead of refusing the file.
@@ -113,8 +114,9 @@ class FileIntake:
         self.spark, self.path, self.checkpoint = spark, path, checkpoint.rstrip("/")
         self.input_format, self.order_by, self.sent_at = input_format, order_by, sent_at
         self.max_files_per_trigger = max_files_per_trigger
-        self._schema_record = f"{self.checkpoint}/{_RECORDS}/input.json"
-        self._unreadable_record = f"{self.checkpoint}/{_RECORDS}/unreadable.json"
+        # What the job keeps beside Spark's own records in the checkpoint.
+        self._schema_record = "/".join([self.checkpoint, *INPUT_RECORD])
+        self._unreadable_record = f"{self.checkpoint}/{INPUT_RECORD[0]}/unreadable.json"
         found = read_text(spark, self._unreadable_record)
         self.unreadable = [Unreadable(**entry) for entry in json.loads(found or "[]")]
         self._schema: StructType | None = None
@@ -142,6 +144,14 @@ class FileIntake:
         write_text(self.spark, self._schema_record, json.dumps(record, indent=1))
         self._schema = schema
         return schema
+
+    def wait_for_schema(self, every: timedelta | None, stop: threading.Event | None) -> bool:
+        """Whether the schema is known; a Parquet stream on a folder without a
+        Parquet file looks again ``every`` so often until ``stop`` is set."""
+        while self.schema() is None:
+            if every is None or stop is None or stop.wait(every.total_seconds()):
+                return False
+        return True
 
     def _kept(self, record: dict[str, Any]) -> StructType:
         """The recorded schema, or a refusal when this run's options change it."""

@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from handlers import InMemoryPublisher, Processor
 from spark_driver import JobSettings, Summary, run_stream
+from spark_driver._checks import Refused, check_input
 from tests.spark.conftest import write_jsonl
 from tests.spark.test_pipeline import client
 from tests.test_handlers_holes import tally
@@ -114,6 +115,30 @@ def test_a_stream_with_sent_at_and_order_by_starts_on_an_empty_folder(
             "sent time 'yesterday' (column 'at') is not an ISO-8601 time",
         )
     ]
+    # The checkpoint keeps those columns: a restart without --order-by is refused.
+    changed = Streams(spark, tmp_path, table_name, sent_at="at")
+    with pytest.raises(ValueError, match=r"options change them \(column 'seq' is gone\)"):
+        changed.run()
+
+
+def test_a_parquet_stream_on_an_empty_folder_waits_for_a_file_to_take_its_schema_from(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    streams = Streams(spark, tmp_path, table_name, input_format="parquet", order_by="seq")
+    stop = threading.Event()
+    thread, done = _running(streams, stop)
+    try:
+        time.sleep(2)  # started, on nothing
+        (streams.inbox / "0-notes.txt").write_text("not Parquet\n")  # first, and no schema
+        _parquet(streams.inbox / "a.parquet", [add("a-2", seq=2), add("a-1", seq=1)])
+        _until(lambda: len(done) >= 1, "a micro-batch")
+    finally:
+        stop.set()
+        thread.join(120)
+    assert figures(done) == [(0, 3, 2, 1)]
+    assert seen(table_name) == ["a-1", "a-2"]
+    ((_, raw, _),) = dead_letters(spark, streams.out / "batch=0")
+    assert raw == f"file:{streams.inbox / '0-notes.txt'}"
 
 
 # --- 3. a file that lands in pieces -----------------------------------------------------
@@ -169,8 +194,8 @@ def test_a_file_that_cannot_be_read_is_dead_lettered_by_name_and_the_stream_goes
     if fmt == "json":  # a compressed file cut short, and one that is not compressed at all
         bad = {"b.jsonl.gz": gzip.compress(b'{"message_id": "b-1"}\n' * 50)[:-30],
                "c.jsonl.gz": b"not gzip\n"}  # fmt: skip
-    else:
-        bad = {"b.parquet": b"notes, not Parquet\n", "c.parquet": b"PAR1 cut short"}
+    else:  # README.md comes first in a listing, before any Parquet file
+        bad = {"README.md": b"notes, not Parquet\n", "c.parquet": b"PAR1 cut short"}
     for name, data in bad.items():
         (inbox / name).write_bytes(data)
     good("d", ["d-1"])
@@ -192,6 +217,11 @@ def test_a_file_that_cannot_be_read_is_dead_lettered_by_name_and_the_stream_goes
     assert dead_letters(spark, streams.out / "batch=1") == [
         (None, f"file:{inbox / name}", reason(name)) for name in sorted(bad)
     ]
+    # The command checks the input's format before a first start, not at a restart.
+    if fmt == "parquet":
+        with pytest.raises(Refused, match=r"README\.md"):
+            check_input(str(inbox), fmt)
+    check_input(str(inbox), fmt, streams.checkpoint)
     good("e", ["e-1"])  # and the stream goes on, past them, at every restart
     assert figures(streams.run()) == [(2, 1, 1, 0)]
     assert seen(table_name) == ["a-1", "a-2", "d-1", "e-1"]

@@ -15,14 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
-from spark_driver import JobSettings, run_stream
+from spark_driver import JobSettings, Summary, run_stream
 from tests.spark.conftest import ROOT
 from tests.spark.test_pipeline import client
 from tests.test_handlers_holes import Tally
@@ -157,3 +158,35 @@ def test_sigterm_lets_the_batch_in_progress_finish_and_a_restart_applies_the_res
     assert [s.duplicates for _, s in rest] == [0] * len(rest)  # the stopped batch was committed
     state = Processor(slow_tally, client(table_name), InMemoryPublisher()).current_state("k")
     assert state.state.seen == feeder.ids
+
+
+def test_a_batch_that_starts_once_told_to_stop_is_left_whole_for_the_next_start(
+    spark: SparkSession, tmp_path: Path, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_driver import _stream
+
+    client(table_name)
+    inbox = tmp_path / "inbox"
+    ids = [f"m-{n}" for n in range(3)]
+    for n, message_id in enumerate(ids):
+        path = inbox / f"f-{n}.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"message_id": message_id, "key": "k", "type": "Add"}) + "\n")
+        os.utime(path, (1_800_000_000 + n, 1_800_000_000 + n))
+    settings = JobSettings(table=table_name, handler="tests.spark.test_stream_stop:slow_tally")
+    stop = threading.Event()
+    # The stop asked for as the first batch is written; the query is left to
+    # run on, so that the next batch, which Spark starts at once, meets it.
+    monkeypatch.setattr(_stream, "_stop_after_batch", lambda query, sink: False)
+
+    def run(**options: Any) -> list[tuple[int, Summary]]:
+        return run_stream(spark, str(inbox), str(tmp_path / "out"), str(tmp_path / "cp"),
+                          settings, partitions=1, max_files_per_trigger=1, **options)  # fmt: skip
+
+    first = run(trigger=timedelta(seconds=1), stop=stop, on_batch=lambda b, s: stop.set())
+    rest = run()
+
+    assert [b for b, _ in first] == [0]
+    assert [(b, s.processed, s.duplicates) for b, s in rest] == [(1, 1, 0), (2, 1, 0)]
+    state = Processor(slow_tally, client(table_name), InMemoryPublisher()).current_state("k")
+    assert state.state.seen == ids
