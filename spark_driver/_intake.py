@@ -20,7 +20,6 @@ DataFrame, with nothing skipped without a trace.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -32,8 +31,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from ._checkpoint import Checkpoint
 from ._checks import INPUT_RECORD
-from ._files import canonical, exists, glob_escaped, listed, names, read_text, shown, write_text
+from ._files import exists, glob_escaped, listed, shown
 from ._input import json_schema, messages_of
 
 __all__ = ["FileIntake", "Unreadable", "failure_reason"]
@@ -44,6 +44,9 @@ _log = logging.getLogger(__name__)
 #: newest it took (its default is 7 days): a hundred years is "any".
 NO_MAX_AGE: Final = "36500d"
 _FORMATS: Final = {"json": "JSON lines", "parquet": "Parquet"}
+#: The job's records in the checkpoint (beside the input's, ``INPUT_RECORD``).
+_UNREADABLE: Final = "unreadable.json"
+_WRITTEN_AFTER: Final = "written-after-taken.json"
 #: A read that failed because the storage could not be reached, not because of
 #: the file: the stream stops (to be run again) instead of refusing the file.
 _OUTAGE: Final = re.compile(
@@ -111,14 +114,13 @@ class FileIntake:
     ) -> None:
         if input_format not in _FORMATS:
             raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
-        self.spark, self.path, self.checkpoint = spark, path, checkpoint.rstrip("/")
+        self.spark, self.path, self.checkpoint = spark, path, Checkpoint(spark, checkpoint)
         self.input_format, self.order_by, self.sent_at = input_format, order_by, sent_at
         self.max_files_per_trigger = max_files_per_trigger
-        # What the job keeps beside Spark's own records in the checkpoint.
-        self._schema_record = "/".join([self.checkpoint, *INPUT_RECORD])
-        self._unreadable_record = f"{self.checkpoint}/{INPUT_RECORD[0]}/unreadable.json"
-        found = read_text(spark, self._unreadable_record)
-        self.unreadable = [Unreadable(**entry) for entry in json.loads(found or "[]")]
+        kept = self.checkpoint.record(_UNREADABLE) or []
+        self.unreadable = [Unreadable(**entry) for entry in kept]
+        self._told: list[str] = self.checkpoint.record(_WRITTEN_AFTER) or []
+        self._looked_at: int | None = None
         self._schema: StructType | None = None
 
     # --- the schema, for the life of the checkpoint ---------------------------------
@@ -129,9 +131,9 @@ class FileIntake:
         no Parquet file to take it from yet."""
         if self._schema is not None:
             return self._schema
-        recorded = read_text(self.spark, self._schema_record)
+        recorded = self.checkpoint.record(INPUT_RECORD[1])
         if recorded is not None:
-            self._schema = self._kept(json.loads(recorded))
+            self._schema = self._kept(recorded)
             return self._schema
         schema = (
             self._first_parquet_schema()
@@ -141,7 +143,7 @@ class FileIntake:
         if schema is None:
             return None
         record = {"format": self.input_format, "schema": schema.jsonValue()}
-        write_text(self.spark, self._schema_record, json.dumps(record, indent=1))
+        self.checkpoint.keep(INPUT_RECORD[1], record)
         self._schema = schema
         return schema
 
@@ -156,10 +158,11 @@ class FileIntake:
     def _kept(self, record: dict[str, Any]) -> StructType:
         """The recorded schema, or a refusal when this run's options change it."""
         kept = StructType.fromJson(record["schema"])
-        how = f"(to start afresh, remove {self._schema_record!r}: the next start records its own)"
+        where = self.checkpoint.record_path(INPUT_RECORD[1])
+        how = f"(to start afresh, remove {where!r}: the next start records its own)"
         if record["format"] != self.input_format:
             raise ValueError(
-                f"checkpoint {self.checkpoint!r} reads {_FORMATS[record['format']]}, not "
+                f"checkpoint {self.checkpoint.path!r} reads {_FORMATS[record['format']]}, not "
                 f"{_FORMATS[self.input_format]}: a checkpoint's input is fixed for its life {how}"
             )
         if self.input_format == "json":
@@ -171,7 +174,7 @@ class FileIntake:
                     + [f"column {c!r} is gone" for c in sorted(before - now)]
                 )
                 raise ValueError(
-                    f"checkpoint {self.checkpoint!r} was started with the input columns "
+                    f"checkpoint {self.checkpoint.path!r} was started with the input columns "
                     f"{kept.fieldNames()}; this run's options change them ({change}): "
                     f"give the --order-by and --sent-at it was started with {how}"
                 )
@@ -209,6 +212,32 @@ class FileIntake:
     def unreadable_in(self, batch_id: int) -> list[Unreadable]:
         return [entry for entry in self.unreadable if entry.batch == batch_id]
 
+    # --- files written to after the stream took them --------------------------------
+
+    def written_after_taken(self) -> list[str]:
+        """A line for each file of the last committed micro-batch (looked at
+        once) that was written to after the stream took it: what was written
+        after is never read. Each file is told once, and logged."""
+        batch = self.checkpoint.last_committed()
+        if batch is None or batch == self._looked_at:
+            return []
+        self._looked_at = batch
+        now = dict(listed(self.spark, self.path))
+        lines = []
+        for uri, taken in self.checkpoint.taken_in(batch):
+            if uri in self._told or now.get(uri, taken) <= taken:
+                continue  # unchanged, told already, or moved away (processed files may be)
+            self._told.append(uri)
+            lines.append(
+                f"{shown(self.spark, uri)} was written to {(now[uri] - taken) / 1000:g} s after "
+                f"micro-batch {batch} took it: what was written after is not read (write files "
+                "elsewhere and rename them in: see How files must land)"
+            )
+            _log.warning("%s", lines[-1])
+        if lines:
+            self.checkpoint.keep(_WRITTEN_AFTER, self._told)
+        return lines
+
     # --- the files a failed micro-batch could not read ------------------------------
 
     def examine(self, error: BaseException) -> list[Unreadable]:
@@ -216,12 +245,13 @@ class FileIntake:
         in with ``error``, found and recorded; none when the error was not the
         files' (the query then fails as it did)."""
         text = _whole_text(self.spark, error)
-        batch_id = self._uncommitted()
+        batch_id = self.checkpoint.uncommitted()
         # Only an error raised while reading the files (Spark may read them
         # before the sink is called, or inside it).
         if "FileScanRDD" not in text or batch_id is None:
             return []
-        files = [uri for uri in self._files_of(batch_id) if uri not in self._excluded()]
+        excluded = {entry.uri for entry in self.unreadable}
+        files = [uri for uri, _ in self.checkpoint.taken_in(batch_id) if uri not in excluded]
         named = [uri for uri in files if uri in text or shown(self.spark, uri) in text]
         found = [(uri, reason) for uri in named if (reason := self._unread([uri])) is not None]
         if not found:
@@ -234,12 +264,8 @@ class FileIntake:
         for entry in new:
             _log.warning("%s is dead-lettered: %s", shown(self.spark, entry.uri), entry.reason)
         self.unreadable.extend(new)
-        record = json.dumps([asdict(entry) for entry in self.unreadable], indent=1)
-        write_text(self.spark, self._unreadable_record, record)
+        self.checkpoint.keep(_UNREADABLE, [asdict(entry) for entry in self.unreadable])
         return new
-
-    def _excluded(self) -> set[str]:
-        return {entry.uri for entry in self.unreadable}
 
     def _halves(self, files: list[str]) -> list[tuple[str, str]]:
         """The files that cannot be read, each with its reason: all of them are
@@ -270,34 +296,3 @@ class FileIntake:
         except Exception as exc:  # any failure to read them is their reason
             return failure_reason(exc)
         return None
-
-    def _uncommitted(self) -> int | None:
-        """The micro-batch Spark planned last and never committed, if any."""
-        planned = [int(n) for n in names(self.spark, f"{self.checkpoint}/offsets") if n.isdigit()]
-        if not planned:
-            return None
-        last = max(planned)
-        done = names(self.spark, f"{self.checkpoint}/commits")
-        return None if str(last) in done else last
-
-    def _files_of(self, batch_id: int) -> list[str]:
-        """The files Spark's file source put in micro-batch ``batch_id``, from the
-        checkpoint: the batch's offset names the last entry of the source's
-        log it covers, and the batch before names the last one before it."""
-
-        def log_offset(batch: int) -> int:
-            text = read_text(self.spark, f"{self.checkpoint}/offsets/{batch}")
-            if batch < 0 or text is None:
-                return -1
-            return int(json.loads(text.splitlines()[2])["logOffset"])
-
-        first, last = log_offset(batch_id - 1) + 1, log_offset(batch_id)
-        files: list[str] = []
-        for entry in range(first, last + 1):
-            log = f"{self.checkpoint}/sources/0/{entry}"
-            text = read_text(self.spark, log) or read_text(self.spark, f"{log}.compact") or ""
-            for line in text.splitlines()[1:]:
-                item = json.loads(line)
-                if item["batchId"] == entry:
-                    files.append(canonical(item["path"]))
-        return files

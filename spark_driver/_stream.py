@@ -10,6 +10,7 @@ no other. The processing itself, inside the streaming plan, is ``_plan``'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -147,6 +148,8 @@ class BatchSink:
             self.on_delivery(batch_id, delivery)
 
     def _write(self, whole: DataFrame, batch_id: int) -> tuple[Summary, Delivery] | None:
+        # The batch before is committed: its files are looked at once more.
+        notes = () if self.intake is None else tuple(self.intake.written_after_taken())
         kind = F.col("kind")
         results = whole if self.settle is None else whole.where(kind != RECEIPT)
         # The first action runs the handlers once, in a result stage, whose
@@ -161,6 +164,7 @@ class BatchSink:
             results = results.unionByName(self._unreadable(whole, batch_id))
         result = JobResult.of(results, self.settings, self.partitions)
         summary = write_result(result, f"{self.output}/batch={batch_id}", self.output_format)
+        summary = dataclasses.replace(summary, notes=notes)
         delivery = Delivery()
         if self.route is not None:
             delivery.add_sent(send_outputs(result.outputs, self.route))
@@ -339,4 +343,5 @@ def run_stream(
             if stop is not None and stop.is_set():
                 return sink.summaries  # the batch runs at the next start
             continue  # the batch again, without the files it could not read
+        intake.written_after_taken()  # logged: no batch is left to tell it
         return sink.summaries

@@ -50,6 +50,9 @@ class Summary:
     unsettled: tuple[Unsettled, ...] = field(default=(), compare=False)
     #: Keys retention ran for and removed nothing from (the run's own versions stay).
     retained_nothing: int = field(default=0, compare=False)
+    #: Lines on the input the summary adds at its end (a file written to after
+    #: a stream took it).
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(
@@ -81,7 +84,7 @@ class Summary:
             F.sum("conflicts").alias("conflicts_retried"),
         ).first()
         assert row is not None
-        figures = {k: int(v or 0) for k, v in row.asDict().items()}
+        figures: dict[str, Any] = {k: int(v or 0) for k, v in row.asDict().items()}
         stored = (
             outcomes.where(status == "completed")
             .select(F.col("key").alias("_key"), F.col("message_id").alias("_source"))
@@ -199,6 +202,7 @@ class Summary:
                 "a run touches always stay (its duplicates' too), so rerunning the same input "
                 "removes none; a later run with newer messages does"
             )
+        notes.extend(f"  {note}" for note in self.notes)
         return notes
 
 

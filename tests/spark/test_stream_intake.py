@@ -164,6 +164,35 @@ def test_files_written_in_pieces_under_in_progress_names_are_read_whole_once_ren
     assert seen(table_name) == ["a-1", "a-2", "b-1", "b-2", "c-1", "c-2"]
 
 
+def test_a_file_written_to_after_the_stream_took_it_is_told_by_name_once(
+    spark: SparkSession, tmp_path: Path, table_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    streams = Streams(spark, tmp_path, table_name)
+    path = streams.inbox / "a.jsonl"
+    path.write_text(json.dumps(add("a-1")) + "\n")  # under its final name: the writer is not done
+    start = int(time.time()) - 60
+    os.utime(path, (start, start))
+    assert figures(streams.run()) == [(0, 1, 1, 0)]
+    with path.open("a") as out:
+        out.write(json.dumps(add("a-2")) + "\n")
+    os.utime(path, (start + 5, start + 5))
+
+    with caplog.at_level("WARNING", logger="spark_driver"):
+        assert streams.run() == []  # nothing new: the line added is never read
+    told = (
+        f"file:{path} was written to 5 s after micro-batch 0 took it: what was written after "
+        "is not read (write files elsewhere and rename them in: see How files must land)"
+    )
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("spark_driver")] == [told]
+    write_jsonl(streams.inbox / "b.jsonl", [add("b-1")])
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="spark_driver"):
+        [(batch, summary)] = streams.run()
+    assert (batch, summary.notes) == (1, ())  # told once
+    assert not [r for r in caplog.records if r.name.startswith("spark_driver")]
+    assert seen(table_name) == ["a-1", "b-1"]
+
+
 # --- 4. a file that cannot be read ------------------------------------------------------
 
 
