@@ -305,8 +305,11 @@ def run_stream(
     interval until ``stop`` is set (the batch in progress finishes first).
 
     The files are JSON lines or Parquet (``input_format``), taken oldest
-    first; a key's messages apply in the order of their files, then of their
-    lines, however the files fall into micro-batches (or by ``order_by``).
+    first, whatever their age; a key's messages apply in the order of their
+    files, then of their lines, however the files fall into micro-batches (or
+    by ``order_by``). The input's schema is kept in ``checkpoint`` for its
+    life (see :class:`FileIntake`); a file that cannot be read is
+    dead-lettered by name and the stream goes on without it.
 
     Each batch's outputs go to ``{output}/batch={id}``, overwritten when Spark
     replays the batch after a restart (its commit never got logged), so a
