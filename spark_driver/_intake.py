@@ -11,11 +11,15 @@ DataFrame, with nothing skipped without a trace.
   refused, naming the change, and a Parquet file that does not fit it cannot
   be read (below);
 - *unreadable files*: a micro-batch that fails while reading its files has
-  them read again, alone (a half first, then halves of that), to find those
-  that cannot be read; each is recorded in the checkpoint with its reason,
-  dead-lettered by name in that batch's results, and left out of the stream
-  from then on (Spark prunes it by its ``_metadata.file_path``), so that the
-  batch runs again without it and the stream goes on.
+  them read again, to find those that cannot be read (those the error names,
+  alone; else all of them, then halves, down to single files); each is
+  recorded in the checkpoint with its reason, dead-lettered by name in that
+  batch's results, and left out of the stream from then on (Spark prunes it
+  by its ``_metadata.file_path``), so that the batch runs again without it
+  and the stream goes on;
+- *files written to after they were taken*: Spark reads a file once, as it
+  is when listed; the files of each micro-batch are looked at again when the
+  next starts and when the stream stops, and one written to since is told.
 """
 
 from __future__ import annotations
