@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     try:
         if args.queue is None:
-            check_input(args.input, args.input_format)
+            check_input(args.input, args.input_format, args.checkpoint if args.stream else None)
         check_writable_dir("--output", args.output)
         check_writable_dir("--checkpoint", args.checkpoint)
         check_table(args.table, create=not args.no_create_table)

@@ -79,7 +79,11 @@ def build_parser() -> Parser:
     run.add_argument(
         "--partitions", type=int, default=8, help="Spark partitions the keys are spread over"
     )
-    run.add_argument("--order-by", help="column that orders messages within a key")
+    run.add_argument(
+        "--order-by",
+        help="column that orders messages within a key (in JSON lines read as text: numbers "
+        "order by value)",
+    )
     run.add_argument(
         "--sent-at",
         metavar="COLUMN",

@@ -53,6 +53,9 @@ class Summary:
     #: Of the abandoned messages, those the handler failed on (not only held
     #: back behind one): the handler needs a look before they are delivered again.
     handler_failures: int = field(default=0, compare=False)
+    #: Lines on the input the summary adds at its end (a file written to after
+    #: a stream took it).
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(
@@ -84,7 +87,7 @@ class Summary:
             F.sum("conflicts").alias("conflicts_retried"),
         ).first()
         assert row is not None
-        figures = {k: int(v or 0) for k, v in row.asDict().items()}
+        figures: dict[str, Any] = {k: int(v or 0) for k, v in row.asDict().items()}
         stored = (
             outcomes.where(status == "completed")
             .select(F.col("key").alias("_key"), F.col("message_id").alias("_source"))
@@ -217,6 +220,7 @@ class Summary:
                 "a run touches always stay (its duplicates' too), so rerunning the same input "
                 "removes none; a later run with newer messages does"
             )
+        notes.extend(f"  {note}" for note in self.notes)
         return notes
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -226,7 +227,7 @@ def test_refusals_name_the_flag_or_variable_to_fix(
 
 
 def test_the_summary_names_the_first_five_unsettled_messages_and_counts_the_rest() -> None:
-    figures: dict[str, int] = {
+    figures: dict[str, Any] = {
         "messages_in": 9, "processed": 2, "duplicates": 0, "new_outputs": 0,
         "reemitted_outputs": 0, "dead_lettered": 0, "abandoned": 6, "faulted": 1,
         "conflicts_retried": 0,
