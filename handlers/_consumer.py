@@ -10,8 +10,9 @@ receive, and each one is a :class:`Receive`:
   backoff, to be received again (and poisoned on its last allowed receive);
 - **fault**: the lock was lost (another receiver may have it: the message
   comes back, is recognised as a duplicate, its outputs published again), or
-  storage is away: then the message stays in hand, its lock renewed, and is
-  tried again once storage answers (a circuit breaker pauses receiving).
+  storage or the Queue service is away: then the message stays in hand, its
+  lock renewed, and is tried again once it answers (a circuit breaker pauses
+  receiving).
 
 A text enters through the admission (``_admission``): one that cannot become
 a message, or a message that can never be handled (an unknown type, a key
@@ -74,8 +75,15 @@ class QueueConsumer:
     When storage is away, no message is given up: the page in hand is kept
     (locks renewed) and tried again after ``pause``, doubled per failed try
     up to ``max_pause``, and nothing more is received until storage answers.
-    ``renew_locks=False`` renews no lock for slow work (a kept message's
-    lock still is: an outage must cost no receive).
+    The Queue service's faults (no answer, 408, 429, 5xx) are outages too,
+    on a second breaker: a delete or poison entry is tried again the same
+    way, its message in hand. ``renew_locks=False`` renews no lock for slow
+    work (a kept message's lock still is: an outage must cost no receive).
+
+    A message received more than ``max_dequeue_count`` times is handled as
+    a duplicate if it is stored, else poisoned unprocessed. One poisoned
+    whose delete failed is only deleted when it comes again (the last
+    10,000 ids, in memory: after a restart it may be poisoned again).
 
     ``sent_at``: which time of a message the late-duplicate check takes as
     its sent time: ``"produced"`` (the envelope's, set when the producing
@@ -162,8 +170,9 @@ class QueueConsumer:
 
     def stop(self) -> None:
         """Stop receiving: the page in hand is finished (messages not yet
-        started, or waiting for storage, are released at once), then
-        :meth:`run` returns."""
+        started, or waiting for storage, are released at once; a delete
+        waiting for the Queue service is given up: it comes again, a
+        duplicate), then :meth:`run` returns."""
         self._stop.set()
 
     def stop_on_signals(self) -> contextlib.AbstractContextManager[None]:
@@ -237,10 +246,10 @@ class QueueConsumer:
     def _admit(self, held: Held, received: QueueMessage, text: str | None) -> Message | None:
         """The message to handle, or None when it was poisoned or deferred. One
         received too often is handled only if it is stored (see ``_key``)."""
+        if self._settle.poisoned_before(held):
+            return None
         if text is None:
             self._settle.poison(held, None, "queue message content is not UTF-8 text")
-            return None
-        if self._settle.poisoned_before(held):
             return None
         admitted = admit_text(
             text, default_id=received.id, accepts=self.processor.handler.accepts,

@@ -268,6 +268,7 @@ class Settler:
         """Send the message to the poison queue with ``reason``, then delete it;
         ``told``: the reason as the log line says it (without the receive)."""
         entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
+        held.kept = True  # its lock renewed while the entry waits for the service
         try:
             self._waiting(lambda: self.poisons.send(entry), f"poisoning queue message {held.id!r}")
         except AzureError as exc:  # kept: its lock runs out, it comes again
