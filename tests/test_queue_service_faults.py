@@ -1,8 +1,9 @@
 """The Queue service's own faults never poison: a throttled Delete Message is
 waited out with the message in hand, a message whose processing is stored
-is completed however often it was received, and a poisoned message whose
-delete failed is not poisoned a second time. Faults come from a proxy on a
-real socket in front of Azurite's Queue service."""
+is completed however often it was received, a poisoned message whose
+delete failed is not poisoned a second time, and a throttled output send
+keeps its messages in hand. Faults come from a proxy on a real socket in
+front of Azurite's Queue service."""
 
 from __future__ import annotations
 
@@ -228,3 +229,55 @@ def test_a_poisoned_message_whose_delete_failed_is_not_poisoned_again(
         f"queue {name!r} answers again after ",
         f"poisoned queue message {qid!r} on receive 2 of 5: already in the poison queue",
     ], strict=True)] == [True] * 4, lines  # fmt: skip
+
+
+def test_a_throttled_output_send_keeps_its_messages_in_hand_and_publishes_each_once(
+    connection_string: str, table: TableClient, queues: QueueServiceClient, queue: QueueClient,
+    queue_proxy: Proxy, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    out = queues.get_queue_client(f"{queue.queue_name}-out")
+    sends: list[Request] = []
+
+    def plan(request: Request) -> Action:
+        if f"/{out.queue_name}/messages".encode() in request.head and len(sends) < 2:
+            sends.append(request)
+            return "throttle"
+        return "pass"
+
+    queue_proxy.plan(plan)
+    proxied = QueueServiceClient.from_connection_string(
+        queue_proxy.endpoint_of(connection_string), retry_total=0
+    )
+    processor = Processor(tally, table, QueuePublisher(proxied, lambda m: out.queue_name))
+    seen: list[QueueOutcome] = []
+    consumer = QueueConsumer(processor, queue, max_dequeue_count=1, on_outcome=seen.append,
+                             pause=PAUSE, max_pause=MAX_PAUSE)  # fmt: skip
+    send(queue, add(1, key, 1))
+    send(queue, add(2, key, 2))
+
+    with caplog.at_level(logging.WARNING, logger="handlers"):
+        stats = consumer.run(until_empty=True)
+
+    assert len(sends) == 2
+    assert states(processor, key) == {key: (2, Tally(3, ["m-1", "m-2"]))}
+    assert [read_queue_text(t).body for t in drain(out)] == [
+        {"total": 1, "by": "m-1"},
+        {"total": 3, "by": "m-2"},
+    ]  # each once: the throttled sends applied nothing
+    assert (poison_of(queues, queue), drain(queue)) == ([], [])
+    assert (stats.received, stats.completed, stats.duplicates, stats.faulted) == (2, 0, 2, 2)
+    assert (stats.poisoned, stats.abandoned, stats.outages) == (0, 0, 1)
+    assert told(seen) == [
+        ("faulted", "m-1", 1, "faulted"),
+        ("faulted", "m-2", 1, "faulted"),
+        ("duplicate", "m-1", 1, "duplicate"),
+        ("duplicate", "m-2", 1, "duplicate"),
+    ]  # stored, then in hand until the send went out, as duplicates
+    assert [line.split(": ")[0] for line in warnings_of(caplog)] == [
+        f"faulted message 'm-1' of key '{key}' on receive 1 of 1",
+        f"faulted message 'm-2' of key '{key}' on receive 1 of 1",
+        "storage unavailable",
+        warnings_of(caplog)[-1].split(": ")[0],
+    ]
+    assert warnings_of(caplog)[-1].startswith("storage answers again after ")
