@@ -98,8 +98,8 @@ def _time(micros: int | None) -> datetime | None:
 
 def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[Any, ...]]:
     """Send output rows (``message_id, key, type, body, due, produced``, the
-    times in microseconds since the epoch) to their queues; yield ``(sent,
-    unrouted, refused, reason)``."""
+    times in microseconds since the epoch) to their queues, waiting out the
+    Queue service's faults; yield ``(sent, unrouted, refused, reason)``."""
     publisher = _publisher(route)
     sendable: list[Message] = []
     unrouted = refused = 0
@@ -121,7 +121,9 @@ def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[An
             _log.warning("output %r not sent to a queue: %s", row["message_id"], exc)
             continue
         sendable.append(message)
-    publisher.publish(sendable)
+    # Sent again whole after a fault of the Queue service: an output sent
+    # twice is the same message, which consumers de-duplicate by id.
+    queue_call(lambda: publisher.publish(sendable), f"sending {len(sendable)} outputs")
     yield len(sendable), unrouted, refused, reason
 
 

@@ -1,8 +1,9 @@
 """The Spark queue path against the Queue service's own faults, through a
 proxy on a real socket in front of Azurite's Queue service: the sink's
-throttled deletes are waited out (the task never fails for them); the source
-reads a message received too often whose processing is stored, poisons one
-that is not, and never poisons a message twice when its delete failed."""
+throttled deletes and sends are waited out (the task never fails for them);
+the source reads a message received too often whose processing is stored,
+poisons one that is not, and never poisons a message twice when its delete
+failed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from azurite.proxy import Action, Proxy, Request
-from handlers import Breaker, InMemoryPublisher, Processor
+from handlers import Breaker, InMemoryPublisher, Processor, read_queue_text
+from tests.helpers import drain
 from tests.queueing import add, tally
 from tests.spark.test_pipeline import client
 from tests.spark.test_queue_holes import poisoned
@@ -34,16 +36,20 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
 ) -> None:  # fmt: skip
     from spark_driver import _queue_config
     from spark_driver._queue_source import QueueOptions, QueueStreamReader
-    from spark_driver._queues import settle_partition
+    from spark_driver._queues import OutputRoute, send_partition, settle_partition
 
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
     inbox = queues("inbox")
     deletes = {"throttled": 0, "left": 4}
+    outbox, sends = queues("outbox"), {"left": 0}
 
     def plan(request: Request) -> Action:
         if request.method == "DELETE" and deletes["left"]:
             deletes["throttled"] += 1
             deletes["left"] -= 1
+            return "throttle"
+        if f"/{outbox.queue_name}/messages".encode() in request.head and sends["left"]:
+            sends["left"] -= 1
             return "throttle"
         return "pass"
 
@@ -80,6 +86,16 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     )
     assert lines[1].startswith("Queue service answers again after ")
 
+    # The sink's outputs: the first two sends throttled, then each sent once.
+    sends["left"] = 2
+    output = {"message_id": "o-1", "key": "k", "type": "Added", "body": '{"total": 1}',
+              "due": None, "produced": None}  # fmt: skip
+    assert list(send_partition([output], OutputRoute.parse([outbox.queue_name]))) == [
+        (1, 0, 0, None)
+    ]
+    assert sends["left"] == 0
+    assert [read_queue_text(t).body for t in drain(outbox)] == [{"total": 1}]
+
     # The source, max 1 receive: m-1 stored (its delete was lost), m-2 not,
     # and a text that is no message; every delete refused until told.
     processor = Processor(tally, client(table_name), InMemoryPublisher())
@@ -89,7 +105,7 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     for lost in list(inbox.receive_messages(max_messages=32, visibility_timeout=30)):
         inbox.update_message(lost.id, lost.pop_receipt, visibility_timeout=0)
     inbox.send_message("not a message")
-    deletes["left"] = 10**6
+    deletes.update(throttled=0, left=10**6)
     reader = QueueStreamReader(QueueOptions(inbox.queue_name, visibility_timeout=1,
                                             max_dequeue_count=1, table=table_name,
                                             handler="Tally"))  # fmt: skip
@@ -100,6 +116,9 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     # another receiver takes all three: the reader's deletes find their locks lost.
     taken: dict[str, str] = {}
     deadline = time.monotonic() + 20
+    while not deletes["throttled"]:  # the reader received them all, and waits on m-2's delete
+        assert time.monotonic() < deadline, "the reader never poisoned m-2"
+        time.sleep(0.05)
     while len(taken) < 3:
         assert time.monotonic() < deadline, f"took only {taken}"
         for m in inbox.receive_messages(max_messages=32, visibility_timeout=30):
@@ -110,6 +129,8 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     deletes["left"] = 0
     first.join(30)
     second = reader.latestOffset()
+
+    assert [offset["batch"] for offset in offsets] == [1]  # m-1's first read
 
     held = reader.partitions({"run": "", "batch": 0}, second)
     rows_read = [row for part in held for row in part.value]
