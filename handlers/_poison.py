@@ -10,16 +10,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import logging
 import threading
 from dataclasses import dataclass
 
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 __all__ = ["PoisonEntry", "PoisonQueue", "poison_queue_of"]
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,21 +74,16 @@ class PoisonQueue:
         self._made = False
         self._lock = threading.Lock()
 
-    def send(self, entry: PoisonEntry) -> bool:
-        """Whether the entry was sent (a storage error is logged, not raised)."""
-        try:
-            with self._lock:
-                if not self._made:
-                    self._make()
-            try:
-                self.queue.send_message(entry.encode())
-            except ResourceNotFoundError:  # deleted since it was made
+    def send(self, entry: PoisonEntry) -> None:
+        """Send the entry; a storage error raises (the caller waits it out)."""
+        with self._lock:
+            if not self._made:
                 self._make()
-                self.queue.send_message(entry.encode())
-        except AzureError as exc:
-            _log.warning("message %r not poisoned: %s", entry.queue_message_id, exc)
-            return False
-        return True
+        try:
+            self.queue.send_message(entry.encode())
+        except ResourceNotFoundError:  # deleted since it was made
+            self._make()
+            self.queue.send_message(entry.encode())
 
     def _make(self) -> None:
         with contextlib.suppress(ResourceExistsError):
