@@ -19,6 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+#: A guard against a hang, not a measure: a block that starts Spark takes
+#: over two minutes on a loaded machine.
+BLOCK_TIMEOUT = 300
 
 
 def _python_blocks(path: Path) -> list[str]:
@@ -44,7 +47,12 @@ def _doc_blocks() -> list[object]:
 def _run_block(code: str, connection_string: str) -> None:
     env = dict(os.environ, STREAMSTONE_CONNECTION_STRING=connection_string)
     done = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
 
@@ -103,7 +111,7 @@ def test_walkthrough_prints_each_step(connection_string: str) -> None:
     env = dict(os.environ, STREAMSTONE_CONNECTION_STRING=connection_string)
     done = subprocess.run(
         [sys.executable, "examples/stream_walkthrough.py"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
