@@ -151,11 +151,11 @@ def poison(queue: QueueClient, entry: PoisonEntry, pop_receipt: str) -> str:
     poisoned = service.get_queue_client(f"{queue.queue_name}-poison")
     try:
         try:
-            poisoned.send_message(entry.encode())
+            entry.send(poisoned)
         except ResourceNotFoundError:
             with contextlib.suppress(ResourceExistsError):  # another worker made it meanwhile
                 poisoned.create_queue()
-            poisoned.send_message(entry.encode())
+            entry.send(poisoned)
     except AzureError as exc:  # not the message's lock: the poison queue refused it
         _log.warning("queue message %r not poisoned (it comes again): %s",
                      entry.queue_message_id, exc)  # fmt: skip
