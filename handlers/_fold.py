@@ -8,12 +8,14 @@ decides it:
    delivered again;
 2. the handler does not take its type: ``refused``;
 3. a copy of a message earlier in this batch: a duplicate of it;
-4. known to be stored (the write found it) or sent before retention's
+4. its id cannot be a row key of the handler's stream: ``refused`` (before
+   anything looks it up);
+5. known to be stored (the write found it) or sent before retention's
    watermark: replayed as a duplicate, or ``refused`` when retention forgot it;
-5. its id cannot be a row key: ``refused``;
 6. the handler fails on the newest state (or that state cannot be read):
    if the message is stored after all, replayed as a duplicate; otherwise
-   abandoned (``failed``), and the key stops;
+   abandoned (``failed``), and the key stops (a lookup that fails is this
+   message's failure too, never the batch's);
 7. it publishes an output id that an earlier message of the batch published
    with other content (or two outputs of one id and different content):
    ``refused``, and the earlier one stands;
@@ -30,7 +32,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from streamstone_py import EventData, Stream, split_binary
+from azure.core.exceptions import AzureError
+
+from streamstone_py import EventData, Stream, StreamstoneError, split_binary
 
 from ._admission import id_refusal, type_refusal
 from ._codec import digest, pack
@@ -49,7 +53,7 @@ from ._replay import Replayer
 from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK
 from ._strategy import Strategy
 
-__all__ = ["Folder"]
+__all__ = ["Folder", "NotLookedUp"]
 
 
 class Folder:
@@ -83,11 +87,19 @@ class Folder:
 
         Duplicates are found when the write fails, so a stored message that
         the fold would abandon (a failing handler, a late message) is looked
-        up first, and replayed if it is stored.
+        up first, and replayed if it is stored. A lookup that fails for
+        anything but storage is this message's failure (:class:`NotLookedUp`),
+        never its batch's: storage's faults the chunk, as a write's does.
         """
-        if self.replayer.store.find(self.replayer.store.partition(key), message.id) is None:
-            return None
-        return self.replay_or_error(key, message)
+        try:
+            if self.replayer.store.find(self.replayer.store.partition(key), message.id) is None:
+                return None
+            return self.replay_or_error(key, message)
+        except (AzureError, StreamstoneError):
+            raise
+        except Exception as exc:  # a message's data, or a bug: its own outcome
+            return NotLookedUp(f"whether message {message.id!r} is stored cannot be told: "
+                               f"{type(exc).__name__}: {exc}")  # fmt: skip
 
     def replay_or_error(self, key: str, message: Message) -> Found:
         try:
@@ -158,6 +170,10 @@ class Folder:
                 self.check_output(output)
 
 
+class NotLookedUp(HandlerError):
+    """A lookup of a message failed: whether it is stored is not known."""
+
+
 class _Fold:
     """One batch over one header: the running state, version and steps."""
 
@@ -202,11 +218,11 @@ class _Fold:
         if earlier is not None:
             outputs = self.folder.strategy.repeated(earlier)
             return self._add(Step(message, "duplicate", earlier.version, outputs))
-        if self._known(message):
-            return None
-        refused = id_refusal(message.id)  # the id must be storable as a row key
+        refused = id_refusal(message.id, self.folder.replayer.store.handler_name)
         if refused is not None:
             return self._abandon(message, HandlerError(refused), kind="refused")
+        if self._known(message):
+            return None
         self._handle(message)
         return None
 
@@ -237,9 +253,10 @@ class _Fold:
             after = folder.replayer.invoke(self.state, self.version, message, context)
         except HandlerError as exc:
             found = folder.stored_original(self.key, message)
-            if found is None:
-                self._abandon(message, exc, stops_key=True)
-                self.stopped = f"an earlier message of key {self.key!r} failed: {exc}"
+            if found is None or isinstance(found, NotLookedUp):
+                error = exc if found is None else HandlerError(f"{exc}; and {found}")
+                self._abandon(message, error, stops_key=True)
+                self.stopped = f"an earlier message of key {self.key!r} failed: {error}"
                 return
             self.stored[message.id] = found
             self._take(message, found, stop_if_nondeterministic=False)
