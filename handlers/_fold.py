@@ -16,9 +16,10 @@ decides it:
    if the message is stored after all, replayed as a duplicate; otherwise
    abandoned (``failed``), and the key stops (a lookup that fails is this
    message's failure too, never the batch's);
-7. it publishes an output id that an earlier message of the batch published
-   with other content (or two outputs of one id and different content):
-   ``refused``, and the earlier one stands;
+7. it publishes an output id that an earlier message published with other
+   content, of the batch or recorded by an earlier one (see ``_records``), or
+   two outputs of one id and different content: ``refused``, and the earlier
+   one stands;
 8. its version cannot be stored (over the table's limits): abandoned (``failed``);
 9. otherwise processed: a new version, and its outputs.
 
@@ -49,8 +50,9 @@ from ._errors import (
 from ._message import Message
 from ._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
 from ._reading import header_state
+from ._records import OutputIds
 from ._replay import Replayer
-from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK
+from ._store import ID_SCHEME, RECORDS, RETAIN_CUT, STATE, WATERMARK, OutputRecord
 from ._strategy import Strategy
 
 __all__ = ["Folder", "NotLookedUp"]
@@ -76,11 +78,17 @@ class Folder:
         self.check_output = check_output
 
     def fold(
-        self, key: str, messages: Sequence[Message], stream: Stream, stored: dict[str, Found]
+        self,
+        key: str,
+        messages: Sequence[Message],
+        stream: Stream,
+        stored: dict[str, Found],
+        records: dict[str, OutputRecord],
     ) -> Plan:
         """The batch's steps over ``stream``; ``stored`` holds what earlier
-        attempts found stored, and gains what this fold finds."""
-        return _Fold(self, key, stream, stored).run(messages)
+        attempts found stored, and gains what this fold finds; ``records``,
+        the output id records earlier attempts found stored."""
+        return _Fold(self, key, stream, stored, OutputIds(records)).run(messages)
 
     def stored_original(self, key: str, message: Message) -> Found | None:
         """A stored message's replay (or why it cannot be), or ``None`` if not stored.
@@ -140,9 +148,11 @@ class Folder:
         context: HandlerContext,
         state: bytes,
         header: dict[str, Any],
+        records: Sequence[tuple[str, OutputRecord]] = (),
     ) -> EventData:
-        """The stored version of a processed message, checked against the table's
-        limits and against what the publisher can deliver."""
+        """The stored version of a processed message, with the output id
+        ``records`` it writes, checked against the table's limits and against
+        what the publisher can deliver."""
         self._check_outputs(context.outputs)
         encoded_outputs = pack([o.encode() for o in context.outputs])
         stored = pack_stored(state, self.strategy.store.compression)
@@ -155,10 +165,16 @@ class Folder:
         }
         if context.captures:
             properties["Captures"] = pack(context.captures)
+        if records:
+            properties[RECORDS] = pack([d for d, _ in records])
+        store = self.strategy.store
         event = EventData(
             id=message.id,
             properties=properties,
-            includes=self.strategy.includes(message.id, encoded_outputs, context.now()),
+            includes=[
+                *self.strategy.includes(message.id, encoded_outputs, context.now()),
+                *(store.record_include(d, r) for d, r in records),
+            ],
             stream_properties={**header, **split_binary(STATE, stored)},
         )
         Stream.check_write(stream, event)
@@ -177,7 +193,9 @@ class NotLookedUp(HandlerError):
 class _Fold:
     """One batch over one header: the running state, version and steps."""
 
-    def __init__(self, folder: Folder, key: str, stream: Stream, stored: dict[str, Found]):
+    def __init__(
+        self, folder: Folder, key: str, stream: Stream, stored: dict[str, Found], ids: OutputIds
+    ):
         self.folder = folder
         self.key = key
         self.stream = stream
@@ -199,8 +217,7 @@ class _Fold:
         self.events: list[EventData] = []
         self.seen: dict[str, Step] = {}
         self.stopped: str | None = None
-        #: Each output id published by a message of the batch, with that message's id.
-        self.published: dict[str, tuple[Message, str]] = {}
+        self.ids = ids
 
     def run(self, messages: Sequence[Message]) -> Plan:
         for message in messages:
@@ -261,12 +278,13 @@ class _Fold:
             self.stored[message.id] = found
             self._take(message, found, stop_if_nondeterministic=False)
             return
-        clash = self._clash(message, context.outputs)
+        clash = self.ids.clash(message, context.outputs, context.given_ids)
         if clash is not None:
             self._abandon(message, HandlerError(clash), kind="refused")
             return
+        records = self.ids.to_record(message, context.outputs, context.given_ids)
         try:
-            event = folder.event(self.stream, message, context, after, self.header)
+            event = folder.event(self.stream, message, context, after, self.header, records)
         except (ValueError, TypeError) as exc:
             # Its version cannot be stored (a capture, an id or outputs over the
             # table's limits): the same on every delivery, so only it is dropped.
@@ -278,22 +296,6 @@ class _Fold:
         self.events.append(event)
         dispatch = folder.strategy.dispatches()
         self._add(Step(message, "completed", self.version, context.outputs, dispatch=dispatch))
-
-    def _clash(self, message: Message, outputs: Sequence[Message]) -> str | None:
-        """Why these outputs cannot go out beside the batch's earlier ones: an
-        id published with other content (publishing would refuse the batch)."""
-        mine: dict[str, Message] = {}
-        for output in outputs:
-            earlier = mine.setdefault(output.id, output)
-            if earlier is not output and earlier.encode() != output.encode():
-                return f"two outputs have the id {output.id!r} and different content"
-            found = self.published.get(output.id)
-            if found is not None and found[0].encode() != output.encode():
-                return (
-                    f"output id {output.id!r} of message {message.id!r} was published by message "
-                    f"{found[1]!r} of this batch with other content"
-                )
-        return None
 
     def _take(self, message: Message, found: Found, *, stop_if_nondeterministic: bool) -> None:
         """A stored message's replay as its step (or its error, as abandoned)."""
@@ -311,8 +313,7 @@ class _Fold:
     def _add(self, step: Step) -> None:
         self.steps.append(step)
         self.seen[step.message.id] = step
-        for output in step.outputs:
-            self.published.setdefault(output.id, (output, step.message.id))
+        self.ids.add(step)
 
     def _abandon(
         self,
