@@ -74,8 +74,8 @@ class OutputIds:
                 by = found[1] if found[0].encode() != output.encode() else None
             else:
                 record = self.stored.get(id_digest(output.id)) if output.id in given else None
-                differs = record is not None and record.digest != digest(output.encode())
-                by = record.message_id if record is not None and differs else None
+                same = record is None or record.digest == digest(output.encode())
+                by = None if same or record is None else record.message_id
             if by is not None:
                 return (
                     f"output id {output.id!r} of message {message.id!r} was published by "
