@@ -40,8 +40,10 @@ from ._errors import (
 )
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
+from ._locks import lost_lock, queue_fault
 from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
+from ._poison import PoisonQueue
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
 from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
@@ -71,6 +73,7 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "PoisonEntry",
+    "PoisonQueue",
     "Processor",
     "ProcessorStats",
     "Publisher",
@@ -93,8 +96,10 @@ __all__ = [
     "handler",
     "is_outage",
     "json_data",
+    "lost_lock",
     "poison_name_refusal",
     "process_until_settled",
+    "queue_fault",
     "read_queue_text",
     "scan_keys",
     "scan_states",

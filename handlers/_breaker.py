@@ -6,7 +6,10 @@ service that does not answer, throttles, refuses the credentials, or lacks
 its table) opens the breaker: work pauses, tries again after a pause that
 doubles per failed try up to a bound, and the breaker closes at the first
 answer. One line is logged when it opens and one when it closes, whatever
-the tries in between.
+the tries in between. The queue consumer keeps one for the storage and one
+for the Queue service, whose faults (a throttled delete, a send that gets
+no answer...) are outages too: they pause and try again, and cost no
+receive of a message.
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from azure.core.exceptions import ClientAuthenticationError, ResourceNotFoundError
 
 from streamstone_py import ConcurrencyConflictError, is_transient
 
 __all__ = ["Breaker", "is_outage"]
+
+T = TypeVar("T")
 
 
 def is_outage(error: BaseException | None) -> bool:
@@ -79,7 +85,8 @@ class Breaker:
     def failed(self, reason: str, started: float | None = None) -> float:
         """A try that started at ``started`` met the outage: the seconds to
         pause before the next. A try older than the last answer does not open
-        the breaker again (it met the outage that was over): no pause."""
+        the breaker again (it met the outage that was over): no pause. The
+        line shows the reason's first line (an error's later lines repeat it)."""
         with self._lock:
             if started is not None and started < self._answered and self._since is None:
                 return 0.0
@@ -90,7 +97,7 @@ class Breaker:
                 self.opened += 1
                 self.log.warning(
                     "%s unavailable: %s, trying again in %g s, then less often: %s",
-                    self.what, self.pausing, pause, reason,
+                    self.what, self.pausing, pause, reason.split("\n", 1)[0],
                 )  # fmt: skip
                 if self.on_open is not None:
                     self.on_open()
@@ -106,3 +113,28 @@ class Breaker:
             self.log.warning(
                 "%s answers again after %.1f s: going on", self.what, time.monotonic() - since
             )
+
+    def call(
+        self,
+        attempt: Callable[[], T],
+        what: str,
+        *,
+        outage: Callable[[BaseException], bool] = is_outage,
+        stopping: Callable[[], bool] = lambda: False,
+        pause: Callable[[float], object] = time.sleep,
+    ) -> T:
+        """``attempt()`` until it answers, which closes the breaker. A failure
+        that ``outage`` says is the service's opens it (``what`` names the
+        call in its line), then ``pause(seconds)`` and try again; any other
+        failure raises, and so does an outage once ``stopping()``."""
+        while True:
+            started = self.stamp()
+            try:
+                result = attempt()
+            except Exception as exc:
+                if not outage(exc) or stopping():
+                    raise
+                pause(self.failed(f"{what}: {exc}", started))
+                continue
+            self.succeeded()
+            return result

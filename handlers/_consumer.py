@@ -10,8 +10,9 @@ receive, and each one is a :class:`Receive`:
   backoff, to be received again (and poisoned on its last allowed receive);
 - **fault**: the lock was lost (another receiver may have it: the message
   comes back, is recognised as a duplicate, its outputs published again), or
-  storage is away: then the message stays in hand, its lock renewed, and is
-  tried again once storage answers (a circuit breaker pauses receiving).
+  storage or the Queue service is away: then the message stays in hand, its
+  lock renewed, and is tried again once it answers (a circuit breaker pauses
+  receiving).
 
 A text enters through the admission (``_admission``): one that cannot become
 a message, or a message that can never be handled (an unknown type, a key
@@ -74,8 +75,15 @@ class QueueConsumer:
     When storage is away, no message is given up: the page in hand is kept
     (locks renewed) and tried again after ``pause``, doubled per failed try
     up to ``max_pause``, and nothing more is received until storage answers.
-    ``renew_locks=False`` renews no lock for slow work (a kept message's
-    lock still is: an outage must cost no receive).
+    The Queue service's faults (no answer, 408, 429, 5xx) are outages too,
+    on a second breaker: a delete or poison entry is tried again the same
+    way, its message in hand. ``renew_locks=False`` renews no lock for slow
+    work (a kept message's lock still is: an outage must cost no receive).
+
+    A message received more than ``max_dequeue_count`` times is handled as
+    a duplicate if it is stored, else poisoned unprocessed. One poisoned
+    whose delete failed is only deleted when it comes again (the last
+    10,000 ids, in memory: after a restart it may be poisoned again).
 
     ``sent_at``: which time of a message the late-duplicate check takes as
     its sent time: ``"produced"`` (the envelope's, set when the producing
@@ -140,14 +148,18 @@ class QueueConsumer:
         self.renew_locks = renew_locks
         self.sent_at = sent_at
         self.clock = clock
-        self._settle = Settler(queue, self.poison_queue, max_dequeue_count,
-                               (backoff, max_backoff), on_outcome)  # fmt: skip
+        self._stop = threading.Event()
         self._storage = Breaker("storage", "pausing receives", pause, max_pause, _log,
                                 on_open=lambda: self._count(outages=1))  # fmt: skip
-        self._receiving = Breaker(f"queue {queue.queue_name!r}", "receiving paused", pause,
-                                  max_pause, _log)  # fmt: skip
-        self._stop = threading.Event()
-        self._renewal = LockRenewal(queue, visibility_timeout, lambda: self._count(renewed=1))
+        # The Queue service's: receives, deletes, renewals, releases, poison entries.
+        self._queueing = Breaker(f"queue {queue.queue_name!r}", "receiving paused", pause,
+                                 max_pause, _log,
+                                 on_open=lambda: self._count(outages=1))  # fmt: skip
+        self._settle = Settler(queue, self.poison_queue, max_dequeue_count,
+                               (backoff, max_backoff), on_outcome, self._queueing,
+                               self._stop)  # fmt: skip
+        self._renewal = LockRenewal(queue, visibility_timeout, lambda: self._count(renewed=1),
+                                    self._queueing)  # fmt: skip
 
     @property
     def stats(self) -> ConsumerStats:
@@ -158,8 +170,9 @@ class QueueConsumer:
 
     def stop(self) -> None:
         """Stop receiving: the page in hand is finished (messages not yet
-        started, or waiting for storage, are released at once), then
-        :meth:`run` returns."""
+        started, or waiting for storage, are released at once; a delete
+        waiting for the Queue service is given up: it comes again, a
+        duplicate), then :meth:`run` returns."""
         self._stop.set()
 
     def stop_on_signals(self) -> contextlib.AbstractContextManager[None]:
@@ -176,16 +189,17 @@ class QueueConsumer:
         figures = self._settle.new_run()
         with self._renewal.running(self.renew_locks), self._threads() as pool:
             while not self._stop.is_set():
-                started = self._receiving.stamp()
+                started = self._queueing.stamp()
                 try:
                     got = self._page(pool)
                 except Exception as exc:  # the service is away: what is in hand comes back
                     if not isinstance(exc, AzureError):
                         _log.exception("a page failed")
                     self._count(receive_errors=1)
-                    self._stop.wait(self._receiving.failed(str(exc), started))
+                    # A bug after the receive answered pauses too (``started``: not older).
+                    since = started if isinstance(exc, AzureError) else None
+                    self._stop.wait(self._queueing.failed(f"receive: {exc}", since))
                     continue
-                self._receiving.succeeded()
                 if got == 0:
                     if until_empty:
                         break
@@ -207,6 +221,7 @@ class QueueConsumer:
                 visibility_timeout=self.visibility_timeout,
             )
         )
+        self._queueing.succeeded()
         if not received:
             return 0
         self._count(received=len(received))
@@ -229,16 +244,12 @@ class QueueConsumer:
         return len(received)
 
     def _admit(self, held: Held, received: QueueMessage, text: str | None) -> Message | None:
-        """The message to handle, or None when it was poisoned or deferred."""
+        """The message to handle, or None when it was poisoned or deferred. One
+        received too often is handled only if it is stored (see ``_key``)."""
+        if self._settle.poisoned_before(held):
+            return None
         if text is None:
             self._settle.poison(held, None, "queue message content is not UTF-8 text")
-            return None
-        if held.count > self.max_dequeue_count:
-            reason = (
-                f"received {held.count} times, more than max_dequeue_count="
-                f"{self.max_dequeue_count}, without being completed"
-            )
-            self._settle.poison(held, None, reason)
             return None
         admitted = admit_text(
             text, default_id=received.id, accepts=self.processor.handler.accepts,
@@ -266,6 +277,7 @@ class QueueConsumer:
         """A key's messages of this page, each completed, abandoned or poisoned
         once settled (see ``_rounds``); released at once when stopping."""
         settle = self._settle
+        items = self._received_too_often(key, items)
         done: set[int] = set()
 
         def kept(index: int, outcome: Any) -> None:
@@ -293,6 +305,43 @@ class QueueConsumer:
                 if index not in done:
                     why = f"{type(exc).__name__}: {exc}"
                     settle.release(held, settle.later(held), message, why)
+
+    def _received_too_often(
+        self, key: str, items: list[tuple[Held, Message]]
+    ) -> list[tuple[Held, Message]]:
+        """The key's messages to process. One received more than
+        ``max_dequeue_count`` times is processed only if it is stored (a
+        duplicate: its outputs published again, then deleted, however often
+        the queue lost its receives); else it is poisoned unprocessed, which
+        stops a message that kills its worker. Storage away: the look-up waits."""
+        over = [(held, m) for held, m in items if held.count > self.max_dequeue_count]
+        if not over:
+            return items
+        try:
+            stored = {m.id for _, m in over if self._stored(key, m)}
+        except Exception as exc:  # stopping, or not an outage: they all come again
+            for held, message in items:
+                why = "stopping" if self._stop.is_set() else f"{type(exc).__name__}: {exc}"
+                self._settle.release(held, 0 if self._stop.is_set() else self._settle.later(held),
+                                     message, why)  # fmt: skip
+            return []
+        for held, message in over:
+            if message.id not in stored:
+                reason = (
+                    f"received {held.count} times, more than max_dequeue_count="
+                    f"{self.max_dequeue_count}, without being completed"
+                )
+                self._settle.poison(held, message, reason)
+        return [(held, m) for held, m in items if held.count <= self.max_dequeue_count
+                or m.id in stored]  # fmt: skip
+
+    def _stored(self, key: str, message: Message) -> bool:
+        store = self.processor.store
+        return self._storage.call(
+            lambda: store.find(store.partition(key), message.id) is not None,
+            f"looking up message {message.id!r}", stopping=self._stop.is_set,
+            pause=self._stop.wait,
+        )  # fmt: skip
 
     def _threads(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(self.workers, "queue-key")

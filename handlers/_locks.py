@@ -17,7 +17,9 @@ from typing import Any
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage
 
-__all__ = ["Held", "LockRenewal", "lost_lock", "signals_call", "text_of"]
+from ._breaker import Breaker, is_outage
+
+__all__ = ["Held", "LockRenewal", "lost_lock", "queue_fault", "signals_call", "text_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +53,14 @@ def lost_lock(exc: HttpResponseError) -> bool:
     return isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404)
 
 
+def queue_fault(exc: BaseException) -> bool:
+    """A failure of the Queue service (no answer, a lost answer, 408, 429,
+    5xx, refused credentials...: :func:`is_outage`), not a refused pop receipt."""
+    if isinstance(exc, HttpResponseError) and lost_lock(exc):
+        return False
+    return is_outage(exc)
+
+
 def text_of(content: Any) -> str | None:
     """A queue message's text (None: bytes that are not UTF-8)."""
     if isinstance(content, str):
@@ -65,12 +75,20 @@ def text_of(content: Any) -> str | None:
 
 class LockRenewal:
     """Extends the lock of each message in hand once half of it has run out
-    (with ``all_locks`` false, only of those kept while storage is away)."""
+    (with ``all_locks`` false, only of those kept while a service is away).
+    A renewal the Queue service fails is tried again on the next tick, and
+    opens ``breaker`` (its one line); an answer does not close it: the
+    service may throttle deletes while it renews."""
 
     def __init__(
-        self, queue: QueueClient, visibility_timeout: int, on_renewed: Callable[[], None]
+        self,
+        queue: QueueClient,
+        visibility_timeout: int,
+        on_renewed: Callable[[], None],
+        breaker: Breaker,
     ) -> None:
         self.queue = queue
+        self.breaker = breaker
         self.visibility_timeout = visibility_timeout
         self.on_renewed = on_renewed
         self.all_locks = True
@@ -123,7 +141,9 @@ class LockRenewal:
             except AzureError as exc:
                 if isinstance(exc, HttpResponseError) and lost_lock(exc):
                     held.lost = f"lock lost before a renewal: {exc.message}"
-                else:  # try again on the next tick
+                elif queue_fault(exc):  # tried again on the next tick
+                    self.breaker.failed(f"renewal of queue message {held.id!r}: {exc}")
+                else:
                     _log.warning("message %r: renewal failed: %s", held.id, exc)
                 return
             held.pop_receipt = updated.pop_receipt or held.pop_receipt

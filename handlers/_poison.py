@@ -19,12 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Final
 
-from azure.core.exceptions import (
-    AzureError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceNotFoundError,
-)
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 from ._queue import MAX_QUEUE_MESSAGE_BYTES
@@ -143,21 +138,17 @@ class PoisonQueue:
         self._made = False
         self._lock = threading.Lock()
 
-    def send(self, entry: PoisonEntry) -> bool:
-        """Whether the entry was sent (a storage error is logged, not raised)."""
-        try:
-            with self._lock:
-                if not self._made:
-                    self._make()
-            try:
-                entry.send(self.queue)
-            except ResourceNotFoundError:  # deleted since it was made
+    def send(self, entry: PoisonEntry) -> None:
+        """Send the entry (cut shorter if the service finds it too large); a
+        storage error raises (the caller waits it out)."""
+        with self._lock:
+            if not self._made:
                 self._make()
-                entry.send(self.queue)
-        except AzureError as exc:
-            _log.warning("message %r not poisoned: %s", entry.queue_message_id, exc)
-            return False
-        return True
+        try:
+            entry.send(self.queue)
+        except ResourceNotFoundError:  # deleted since it was made
+            self._make()
+            entry.send(self.queue)
 
     def _make(self) -> None:
         with contextlib.suppress(ResourceExistsError):

@@ -3,22 +3,31 @@ what it tells of it: complete (delete), release (visible again after a
 backoff), poison (to the poison queue, then delete); one WARNING line for
 every message abandoned, faulted or poisoned, the figures, and the caller's
 outcome callback.
+
+The Queue service's faults are waited out through the consumer's queue
+breaker, the message kept in hand (its lock renewed): a delete or a poison
+entry is tried again until the service answers, so that a fault never costs
+a receive. A message poisoned whose delete still failed (its lock lost, or
+the consumer stopping) comes again: the settler remembers the ids it
+poisoned (the last :data:`REMEMBERED`) and then only deletes it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import Final, Literal
 
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
+from ._breaker import Breaker
 from ._lifecycle import Receive
-from ._locks import Held, lost_lock
+from ._locks import Held, lost_lock, queue_fault
 from ._message import Message
 from ._outcome import Outcome
 from ._poison import PoisonEntry, PoisonQueue
@@ -26,6 +35,10 @@ from ._poison import PoisonEntry, PoisonQueue
 __all__ = ["Action", "ConsumerStats", "QueueOutcome", "Settler"]
 
 _log = logging.getLogger("handlers._consumer")
+
+#: How many poisoned queue message ids a consumer remembers, to delete one
+#: that comes again (its delete failed) without poisoning it a second time.
+REMEMBERED: Final = 10_000
 
 Action = Literal[
     "completed", "duplicate", "abandoned", "faulted", "poisoned", "deferred", "released"
@@ -51,7 +64,8 @@ class ConsumerStats:
     #: The faults that were a lost lock: a delete, renewal or release refused
     #: because the pop receipt no longer held.
     lost_locks: int = 0
-    #: Moved to the poison queue.
+    #: Moved to the poison queue (entries sent: a message that comes again
+    #: after its delete failed is then only deleted, not counted again).
     poisoned: int = 0
     #: Locks extended for work that outlasted half the timeout.
     renewed: int = 0
@@ -59,7 +73,8 @@ class ConsumerStats:
     deferred: int = 0
     #: Pages :meth:`QueueConsumer.run` lost to a storage error (it carried on).
     receive_errors: int = 0
-    #: Times the storage breaker opened: receiving paused until storage answered.
+    #: Times a breaker opened, the storage's or the Queue service's:
+    #: receiving paused until it answered.
     outages: int = 0
 
 
@@ -90,15 +105,21 @@ class Settler:
         max_dequeue_count: int,
         backoff: tuple[timedelta, timedelta],
         on_outcome: Callable[[QueueOutcome], None] | None,
+        breaker: Breaker,
+        stop: threading.Event,
     ) -> None:
         self.queue = queue
         self.poisons = PoisonQueue(poison_queue)
         self.max_dequeue_count = max_dequeue_count
         self.backoff = backoff
         self.on_outcome = on_outcome
+        self.breaker = breaker
+        self.stop = stop
         self.stats = ConsumerStats()  # since the consumer was made
         self.run_stats = ConsumerStats()  # since the run began
         self._counting = threading.Lock()
+        #: Queue message id -> the receive that poisoned it, oldest first.
+        self._poisoned: OrderedDict[str, int] = OrderedDict()
 
     def count(self, **figures: int) -> None:
         with self._counting:
@@ -143,25 +164,42 @@ class Settler:
 
     # --- the lifecycle on the queue -------------------------------------------------
 
-    def complete(self, held: Held, outcome: Outcome) -> None:
-        def delete(receive: Receive) -> None:
+    def _waiting(self, attempt: Callable[[], object], what: str) -> None:
+        """``attempt()`` until the Queue service answers (see ``Breaker.call``)."""
+        self.breaker.call(attempt, what, outage=queue_fault, stopping=self.stop.is_set,
+                          pause=self.stop.wait)  # fmt: skip
+
+    def _delete(self, held: Held) -> str | None:
+        """Delete the message, waiting out the Queue service's faults with it
+        in hand (renewed, even by a consumer that renews no lock for slow
+        work); None once deleted, else why not: its lock was lost, the
+        consumer is stopping, or the service refused for good."""
+        held.kept = True
+
+        def attempt() -> None:
+            with held.lock:
+                if held.lost is None:
+                    self.queue.delete_message(held.id, held.pop_receipt)
+                held.done = True
+
+        try:
+            self._waiting(attempt, f"delete of queue message {held.id!r}")
+        except AzureError as exc:
             with held.lock:
                 held.done = True
-                if held.lost is not None:
-                    receive.fault(held.lost)
-                    return
-                try:
-                    self.queue.delete_message(held.id, held.pop_receipt)
-                except HttpResponseError as exc:
-                    if not lost_lock(exc):
-                        raise
-                    receive.fault(f"lock lost before the delete: {exc.message}")
+            if isinstance(exc, HttpResponseError) and lost_lock(exc):
+                return f"lock lost before the delete: {exc.message}"
+            return f"delete failed: {exc}"
+        return held.lost
+
+    def complete(self, held: Held, outcome: Outcome) -> None:
+        def delete(receive: Receive) -> None:
+            why = self._delete(held)
+            if why is not None:  # in doubt: it may come again, as a duplicate
+                receive.fault(why)
 
         receive = Receive(held.id, on_complete=delete)
-        try:
-            receive.complete()
-        except AzureError as exc:  # in doubt: it may come again, as a duplicate
-            receive.fault(f"delete failed: {exc}")
+        receive.complete()
         if receive.reason is not None:  # faulted: it comes again, as a duplicate
             self.count(faulted=1, lost_locks=int(receive.reason.startswith("lock lost")))
             self.report("faulted", held, outcome.message, receive.reason, outcome)
@@ -210,12 +248,13 @@ class Settler:
             try:
                 self.queue.update_message(held.id, held.pop_receipt, visibility_timeout=seconds)
             except AzureError as exc:
-                if not isinstance(exc, HttpResponseError) or not lost_lock(exc):
-                    # Its lock runs out instead: it comes back then.
+                if isinstance(exc, HttpResponseError) and lost_lock(exc):
+                    held.lost = "lock lost before the release"
+                    self.count(lost_locks=1)
+                elif queue_fault(exc):  # not tried again: its lock running out releases it
+                    self.breaker.failed(f"release of queue message {held.id!r}: {exc}")
+                else:  # its lock runs out instead: it comes back then
                     _log.warning("message %r: release failed: %s", held.id, exc)
-                    return
-                held.lost = "lock lost before the release"
-                self.count(lost_locks=1)
 
     def poison(
         self,
@@ -229,22 +268,44 @@ class Settler:
         """Send the message to the poison queue with ``reason``, then delete it;
         ``told``: the reason as the log line says it (without the receive)."""
         entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
-        if not self.poisons.send(entry):  # kept: its lock runs out, it comes again
+        held.kept = True  # its lock renewed while the entry waits for the service
+        try:
+            self._waiting(lambda: self.poisons.send(entry), f"poisoning queue message {held.id!r}")
+        except AzureError as exc:  # kept: its lock runs out, it comes again
             with held.lock:
                 held.done = True
+            _log.warning("message %r not poisoned (it comes again): %s", held.id, exc)
             return
+        with self._counting:
+            self._poisoned[held.id] = held.count
+            while len(self._poisoned) > REMEMBERED:
+                self._poisoned.popitem(last=False)
         self.count(poisoned=1)
         self.report("poisoned", held, message, told or reason, outcome)
-        with held.lock:
-            held.done = True
-            try:
-                self.queue.delete_message(held.id, held.pop_receipt)
-            except AzureError as exc:
-                # It comes again and is poisoned again: one more entry for the same text.
-                if isinstance(exc, HttpResponseError) and lost_lock(exc):
-                    self.count(lost_locks=1)
-                else:
-                    _log.warning("message %r: poisoned but not deleted: %s", held.id, exc)
+        self._forget_poisoned(held)
+
+    def poisoned_before(self, held: Held) -> bool:
+        """Whether this consumer poisoned the message on an earlier receive
+        (its delete failed): then it is deleted now, and not sent again."""
+        with self._counting:
+            first = self._poisoned.get(held.id)
+        if first is None:
+            return False
+        self.report("poisoned", held, None, f"already in the poison queue (sent on receive "
+                    f"{first}, its delete failed): deleted now, not sent again")  # fmt: skip
+        self._forget_poisoned(held)
+        return True
+
+    def _forget_poisoned(self, held: Held) -> None:
+        """Delete a poisoned message; remembered until it is deleted."""
+        why = self._delete(held)
+        if why is None:
+            with self._counting:
+                self._poisoned.pop(held.id, None)
+            return
+        self.count(lost_locks=int(why.startswith("lock lost")))
+        _log.info("queue message %r: poisoned, not deleted (%s): when it comes again, it is "
+                  "deleted, not poisoned again", held.id, why)  # fmt: skip
 
     def later(self, held: Held) -> int:
         return held.backoff(*self.backoff)

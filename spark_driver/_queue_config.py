@@ -1,35 +1,38 @@
 """The Azure Storage Queues account of the environment: queue names, where
 the Queue service is and how to sign in (beside the table's configuration),
-one service client per process, and the poison queue."""
+one service client per process, the calls that wait out the Queue service's
+faults, and the poison queue."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
-from azure.core.exceptions import (
-    AzureError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceNotFoundError,
-)
+from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from handlers import PoisonEntry, poison_name_refusal
+from handlers import (
+    Breaker,
+    PoisonEntry,
+    PoisonQueue,
+    lost_lock,
+    poison_name_refusal,
+    queue_fault,
+)
 from streamstone_py import TableConfig
 
 __all__ = [
     "MAX_HIDDEN", "QUEUE_NAME", "QueueConfig", "check_input_queue", "check_queue_name",
-    "lost_lock", "poison",
-    "queue_service",
+    "delete", "lost_lock", "poison", "queue_call", "queue_service", "send_poison",
 ]  # fmt: skip
+
+T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
@@ -136,37 +139,54 @@ def queue_service() -> QueueServiceClient:
         return service
 
 
-def lost_lock(exc: HttpResponseError) -> bool:
-    """The service refused the pop receipt: the lock ran out, and the message
-    is visible again or another receive holds it."""
-    return isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404)
+#: This process's breaker for the Queue service (an executor settling a
+#: batch's messages, the source receiving): a fault of the service (no
+#: answer, 408, 429, 5xx...) pauses the call and tries it again, so that it
+#: costs no receive; one line when it opens, one when it closes.
+queueing = Breaker("Queue service", "queue calls pause", log=_log)
 
 
-def poison(queue: QueueClient, entry: PoisonEntry, pop_receipt: str) -> str:
-    """Send ``entry`` to ``<queue>-poison`` (created when missing), then delete
-    the message: ``"poisoned"``. ``"kept"`` when the entry could not be sent
-    (the message stays, and comes again when its lock runs out); ``"lost"``
-    when the delete found the lock lost (it comes again, and is poisoned again)."""
-    service = queue_service()
-    poisoned = service.get_queue_client(f"{queue.queue_name}-poison")
+def queue_call(attempt: Callable[[], T], what: str) -> T:
+    """``attempt()`` until the Queue service answers (``queueing``); a
+    refused pop receipt (:func:`lost_lock`) and any other failure raise."""
+    return queueing.call(attempt, what, outage=queue_fault)
+
+
+def delete(queue: QueueClient, message_id: str, pop_receipt: str) -> bool:
+    """Delete a queue message, waiting out the service's faults; False when
+    its lock was lost (it comes again)."""
     try:
-        try:
-            entry.send(poisoned)
-        except ResourceNotFoundError:
-            with contextlib.suppress(ResourceExistsError):  # another worker made it meanwhile
-                poisoned.create_queue()
-            entry.send(poisoned)
-    except AzureError as exc:  # not the message's lock: the poison queue refused it
-        _log.warning("queue message %r not poisoned (it comes again): %s",
-                     entry.queue_message_id, exc)  # fmt: skip
-        return "kept"
-    _log.warning("poisoned queue message %r on receive %d to %s-poison: %s",
-                 entry.queue_message_id, entry.dequeue_count, queue.queue_name,
-                 entry.reason)  # fmt: skip
-    try:
-        queue.delete_message(entry.queue_message_id, pop_receipt)
+        queue_call(lambda: queue.delete_message(message_id, pop_receipt),
+                   f"delete of queue message {message_id!r}")  # fmt: skip
     except HttpResponseError as exc:
         if not lost_lock(exc):
             raise
-        return "lost"
-    return "poisoned"
+        return False
+    return True
+
+
+def send_poison(queue: QueueClient, entry: PoisonEntry) -> bool:
+    """Send ``entry`` to ``<queue>-poison`` (made when missing), waiting out
+    the service's faults; False (logged) when it was refused for good."""
+    target = PoisonQueue(queue_service().get_queue_client(f"{queue.queue_name}-poison"))
+    try:
+        queue_call(lambda: target.send(entry),
+                   f"poisoning queue message {entry.queue_message_id!r}")  # fmt: skip
+    except AzureError as exc:
+        _log.warning("queue message %r not poisoned (it comes again): %s",
+                     entry.queue_message_id, exc)  # fmt: skip
+        return False
+    _log.warning("poisoned queue message %r on receive %d to %s-poison: %s",
+                 entry.queue_message_id, entry.dequeue_count, queue.queue_name,
+                 entry.reason)  # fmt: skip
+    return True
+
+
+def poison(queue: QueueClient, entry: PoisonEntry, pop_receipt: str) -> str:
+    """Send ``entry`` to ``<queue>-poison``, then delete the message:
+    ``"poisoned"``. ``"kept"`` when the entry could not be sent (the message
+    stays, and comes again when its lock runs out); ``"lost"`` when the
+    delete found the lock lost (it comes again)."""
+    if not send_poison(queue, entry):
+        return "kept"
+    return "poisoned" if delete(queue, entry.queue_message_id, pop_receipt) else "lost"

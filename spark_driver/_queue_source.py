@@ -21,10 +21,15 @@ A text that cannot become a message (the admission every entry shares,
 received more than ``maxDequeueCount`` times without being completed, goes
 to the poison queue ``<queue>-poison`` with its reason and text, here, alone,
 and never reaches a batch: every row of a batch can be encoded, stored and
-sent. A scheduled message received before its due time is hidden again
-until then. Deleting is not done in ``commit``: Spark commits a batch's
-offset only once the next batch is planned, so a run's last batch would
-never be committed.
+sent. Received too often but stored in the job's table (options ``table``
+and ``handler``, which ``run_queue`` sets), a message goes into the batch,
+as a duplicate: the queue lost its receives, not the handler. A message this
+reader poisoned whose delete found its lock lost comes again: it is then
+deleted, not poisoned again (the last ``REMEMBERED`` ids). The Queue
+service's faults are waited out (``queue_call``), never poison. A scheduled
+message received before its due time is hidden again until then. Deleting
+is not done in ``commit``: Spark commits a batch's offset only once the next
+batch is planned, so a run's last batch would never be committed.
 """
 
 from __future__ import annotations
@@ -32,9 +37,10 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Final
 
 from azure.core.exceptions import HttpResponseError
@@ -49,10 +55,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from handlers import PoisonEntry, Refused, admit_text
+from handlers import Message, PoisonEntry, Refused, StateStore, admit_text
+from streamstone_py import RetryPolicy
 
-from ._queue_config import MAX_HIDDEN, check_input_queue, lost_lock, poison, queue_service
+from ._queue_config import MAX_HIDDEN, delete, lost_lock, queue_call, queue_service, send_poison
+from ._queue_options import NAME, QueueOptions
 from ._rows import body_json
+from ._worker import storage, table_client
 
 try:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
@@ -67,8 +76,6 @@ else:
 
 __all__ = ["AVAILABLE_NOW", "NAME", "QUEUE_SCHEMA", "QueueDataSource", "QueueOptions"]
 
-#: The format name: ``spark.readStream.format("azure-queue").option("queue", ...)``.
-NAME: Final = "azure-queue"
 #: The rows of the source: the message's columns as the pipeline reads them,
 #: the queue message's own, and its text (parsed again by the executors).
 QUEUE_SCHEMA: Final = StructType(
@@ -90,69 +97,8 @@ QUEUE_SCHEMA: Final = StructType(
 
 _log = logging.getLogger(__name__)
 
-#: Each ``readStream`` option, and the :class:`QueueOptions` field it sets.
-_OPTIONS: Final = {
-    "queue": "queue",
-    "maxMessagesPerBatch": "max_messages",
-    "visibilityTimeout": "visibility_timeout",
-    "maxDequeueCount": "max_dequeue_count",
-    "numPartitions": "partitions",
-}
-
-
-@dataclass(frozen=True)
-class QueueOptions:
-    """The source's options; each also a ``readStream`` option (camel case)."""
-
-    queue: str
-    #: At most this many messages per micro-batch, received 32 at a time.
-    max_messages: int = 1000
-    #: Seconds each message stays hidden once received: the lock, which
-    #: must outlast a micro-batch (or the message comes again meanwhile).
-    visibility_timeout: int = 300
-    #: A message received more often than this without being completed is poisoned.
-    max_dequeue_count: int = 5
-    #: How many partitions each batch's messages are cut into (in their order).
-    partitions: int = 4
-
-    def __post_init__(self) -> None:
-        check_input_queue(self.queue)
-        for name, low, high in (
-            ("max_messages", 1, None),
-            ("visibility_timeout", 1, MAX_HIDDEN),
-            ("max_dequeue_count", 1, None),
-            ("partitions", 1, None),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-            if high is not None and value > high:
-                raise ValueError(f"{name} must be at most {high}, got {value}")
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> QueueOptions:
-        """From a reader's string options, their names in any case."""
-        known = {option.lower(): name for option, name in _OPTIONS.items()}
-        given = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(set(given) - set(known) - {"path"})
-        if unknown:
-            raise ValueError(f"unknown {NAME} options {unknown}; it takes {list(_OPTIONS)}")
-        if "queue" not in given:
-            raise ValueError(f'the {NAME} source needs .option("queue", NAME)')
-        values: dict[str, Any] = {"queue": given["queue"]}
-        for option, name in known.items():
-            if option in given and name != "queue":
-                try:
-                    values[name] = int(given[option])
-                except ValueError:
-                    raise ValueError(
-                        f"option {option} must be an integer, got {given[option]!r}"
-                    ) from None
-        return cls(**values)
-
-    def options(self) -> dict[str, str]:
-        """The ``readStream`` options that give these."""
-        return {option: str(getattr(self, name)) for option, name in _OPTIONS.items()}
+#: How many ids of messages it poisoned, whose delete failed, a reader remembers.
+REMEMBERED: Final = 10_000
 
 
 class QueueDataSource(DataSource):
@@ -184,6 +130,9 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._held: dict[int, list[tuple[Any, ...]]] = {}
         self._offset: dict[str, Any] = {"run": self._run, "batch": 0}
         self._queue: QueueClient | None = None
+        self._store: StateStore | None = None
+        #: Queue message id -> the receive that poisoned it (its delete failed).
+        self._poisoned: OrderedDict[str, int] = OrderedDict()
 
     def initialOffset(self) -> dict[str, Any]:
         return {"run": self._run, "batch": 0}
@@ -236,11 +185,13 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _receive(self) -> list[tuple[Any, ...]]:
         queue = self._client()
-        received = queue.receive_messages(
-            messages_per_page=32,
-            max_messages=self.options.max_messages,
-            visibility_timeout=self.options.visibility_timeout,
-        )
+        received = queue_call(
+            lambda: list(queue.receive_messages(
+                messages_per_page=32, max_messages=self.options.max_messages,
+                visibility_timeout=self.options.visibility_timeout,
+            )),
+            f"receive from queue {queue.queue_name!r}",
+        )  # fmt: skip
         rows: list[tuple[Any, ...]] = []
         for message in received:
             try:
@@ -256,24 +207,35 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The message's row, or None when it was poisoned or hidden until due."""
         content, count = received.content, received.dequeue_count or 1
         text = content if isinstance(content, str) else _utf8(content)
-        if count > self.options.max_dequeue_count:
-            admitted: Any = Refused(
+        receipt = received.pop_receipt or ""
+        if received.id in self._poisoned:
+            _log.warning("poisoned queue message %r on receive %d: already in the poison "
+                         "queue (sent on receive %d, its delete failed): deleted now, not sent "
+                         "again", received.id, count, self._poisoned[received.id])  # fmt: skip
+            if delete(queue, received.id, receipt):
+                del self._poisoned[received.id]
+            return None
+        admitted: Message | Refused = admit_text(content, default_id=received.id)
+        if count > self.options.max_dequeue_count and not (
+            isinstance(admitted, Message) and self._stored(admitted)
+        ):
+            admitted = Refused(
                 f"received {count} times, more than maxDequeueCount="
                 f"{self.options.max_dequeue_count}, without being completed"
             )
-        else:
-            admitted = admit_text(content, default_id=received.id)
         try:
             if isinstance(admitted, Refused):
                 entry = PoisonEntry(admitted.reason, text or "", queue.queue_name, received.id,
                                     count)  # fmt: skip
-                poison(queue, entry, received.pop_receipt or "")
+                self._poison(queue, entry, receipt)
                 return None
             message = admitted
             wait = 0.0 if message.due is None else (message.due - datetime.now(UTC)).total_seconds()
             if wait > 0:  # sent without its delay, or this clock is behind the sender's
                 hidden = min(MAX_HIDDEN, math.ceil(wait))
-                queue.update_message(received.id, received.pop_receipt, visibility_timeout=hidden)
+                queue_call(partial(queue.update_message, received.id, receipt,
+                                   visibility_timeout=hidden),
+                           f"deferring queue message {received.id!r}")  # fmt: skip
                 return None
         except HttpResponseError as exc:
             if not lost_lock(exc):
@@ -285,6 +247,34 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             received.inserted_on, message.due, message.produced, count, received.id,
             received.pop_receipt, text,
         )  # fmt: skip
+
+    def _poison(self, queue: QueueClient, entry: PoisonEntry, pop_receipt: str) -> None:
+        """Poison, then delete; remembered until deleted, so never poisoned twice."""
+        if not send_poison(queue, entry):
+            return  # kept: it comes again when its lock runs out
+        self._poisoned[entry.queue_message_id] = entry.dequeue_count
+        while len(self._poisoned) > REMEMBERED:
+            self._poisoned.popitem(last=False)
+        if delete(queue, entry.queue_message_id, pop_receipt):
+            del self._poisoned[entry.queue_message_id]
+        else:
+            _log.info("queue message %r: poisoned, its lock lost before the delete: when it "
+                      "comes again, it is deleted, not poisoned again",
+                      entry.queue_message_id)  # fmt: skip
+
+    def _stored(self, message: Message) -> bool:
+        """Whether the job's table holds the message (False without the
+        ``table`` option); the look-up waits out a storage outage."""
+        if self.options.table is None or self.options.handler is None:
+            return False
+        if self._store is None:
+            client = table_client(self.options.table, self.options.transport, 1)
+            self._store = StateStore(client, self.options.handler, RetryPolicy())
+        store = self._store
+        return storage.call(
+            lambda: store.find(store.partition(message.key), message.id) is not None,
+            f"looking up message {message.id!r}",
+        )
 
 
 def _utf8(content: Any) -> str | None:

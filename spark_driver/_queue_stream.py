@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from ._executor import RESULT_SCHEMA
 from ._queues import Delivery, OutputRoute
-from ._settings import JobSettings
+from ._settings import JobSettings, resolve_handler
 from ._stream import RECEIPT, BatchSink, Settle, process_stream, run_query
 from ._summary import Summary
 
@@ -69,15 +69,24 @@ def read_queue(
     visibility_timeout: int = 300,
     max_dequeue_count: int = MAX_DEQUEUE_COUNT,
     partitions: int = 4,
+    settings: JobSettings | None = None,
 ) -> DataFrame:
     """The messages of ``queue`` as a streaming DataFrame (columns:
     ``QUEUE_SCHEMA``), each received with a lock of ``visibility_timeout``
     seconds that must outlast its micro-batch. The source deletes nothing:
-    :func:`run_queue` completes each message once its batch is written."""
+    :func:`run_queue` completes each message once its batch is written.
+    With the job's ``settings``, a message received more than
+    ``max_dequeue_count`` times is looked up in its table: stored, it is
+    read (a duplicate) rather than poisoned."""
     register_queue_source(spark)
     from ._queue_source import NAME, QueueOptions
 
-    options = QueueOptions(queue, max_messages, visibility_timeout, max_dequeue_count, partitions)
+    options = QueueOptions(
+        queue, max_messages, visibility_timeout, max_dequeue_count, partitions,
+        table=None if settings is None else settings.table,
+        handler=None if settings is None else resolve_handler(settings.handler).name,
+        transport="wire" if settings is None else settings.transport,
+    )  # fmt: skip
     return spark.readStream.format(NAME).options(**options.options()).load()
 
 
@@ -130,12 +139,16 @@ def run_queue(
     ``max_dequeue_count``-th receive). A batch that
     fails before that deletes nothing: its messages come again once their
     lock runs out, as duplicates of what was stored, with the same outputs,
-    sent again (consumers de-duplicate by id). ``on_delivery(batch_id,
-    delivery)`` tells what each batch did on queues.
+    sent again (consumers de-duplicate by id). The Queue service's faults
+    (a throttled delete, a receive without an answer...) pause the call and
+    try it again: they never fail a batch nor cost a receive; and a message
+    received more than ``max_dequeue_count`` times whose processing is
+    stored in ``settings.table`` is read as a duplicate, not poisoned.
+    ``on_delivery(batch_id, delivery)`` tells what each batch did on queues.
     """
     frame = read_queue(
         spark, queue, max_messages=max_messages, visibility_timeout=visibility_timeout,
-        max_dequeue_count=max_dequeue_count,
+        max_dequeue_count=max_dequeue_count, settings=settings,
     )  # fmt: skip
     settings = dataclasses.replace(settings, source="queue")
     from ._queue_source import AVAILABLE_NOW

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Final
 
 from azure.core.exceptions import HttpResponseError
@@ -30,6 +31,7 @@ from ._queue_config import (
     check_queue_name,
     lost_lock,
     poison,
+    queue_call,
     queue_service,
 )
 
@@ -96,8 +98,8 @@ def _time(micros: int | None) -> datetime | None:
 
 def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[Any, ...]]:
     """Send output rows (``message_id, key, type, body, due, produced``, the
-    times in microseconds since the epoch) to their queues; yield ``(sent,
-    unrouted, refused, reason)``."""
+    times in microseconds since the epoch) to their queues, waiting out the
+    Queue service's faults; yield ``(sent, unrouted, refused, reason)``."""
     publisher = _publisher(route)
     sendable: list[Message] = []
     unrouted = refused = 0
@@ -119,7 +121,9 @@ def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[An
             _log.warning("output %r not sent to a queue: %s", row["message_id"], exc)
             continue
         sendable.append(message)
-    publisher.publish(sendable)
+    # Sent again whole after a fault of the Queue service: an output sent
+    # twice is the same message, which consumers de-duplicate by id.
+    queue_call(lambda: publisher.publish(sendable), f"sending {len(sendable)} outputs")
     yield len(sendable), unrouted, refused, reason
 
 
@@ -130,7 +134,10 @@ def settle_partition(
     when its outcome is not settled (``reason`` set), release it: at once if
     it was only held back by a key-mate (``cause`` stopped or held), else
     after ``backoff`` seconds doubled per receive, or poison it on its
-    ``max_dequeue_count``-th receive. Yields ``(deleted, released, poisoned, lost)``."""
+    ``max_dequeue_count``-th receive. The Queue service's faults are waited
+    out (``queue_call``): a throttled delete pauses the task, never fails
+    it, and costs the message no receive. Yields ``(deleted, released,
+    poisoned, lost)``."""
     queue = queue_service().get_queue_client(queue_name)
     deleted = released = poisoned = lost = 0
     for row in rows:
@@ -138,7 +145,8 @@ def settle_partition(
         count = int(receipt["dequeueCount"])
         try:
             if row["reason"] is None:
-                queue.delete_message(receipt["id"], receipt["popReceipt"])
+                queue_call(partial(queue.delete_message, receipt["id"], receipt["popReceipt"]),
+                           f"delete of queue message {receipt['id']!r}")  # fmt: skip
                 deleted += 1
             elif row["cause"] not in ("stopped", "held") and count >= max_dequeue_count:
                 reason = f"failed on receive {count} of {max_dequeue_count}: {row['reason']}"
@@ -149,7 +157,9 @@ def settle_partition(
             else:  # a key-mate's failure is not this message's: no backoff
                 held_back = row["cause"] in ("stopped", "held")
                 delay = 0 if held_back else min(MAX_HIDDEN, backoff * 2 ** (count - 1))
-                queue.update_message(receipt["id"], receipt["popReceipt"], visibility_timeout=delay)
+                queue_call(partial(queue.update_message, receipt["id"], receipt["popReceipt"],
+                                   visibility_timeout=delay),
+                           f"release of queue message {receipt['id']!r}")  # fmt: skip
                 released += 1
         except HttpResponseError as exc:
             if not lost_lock(exc):

@@ -54,9 +54,11 @@ def wait(coroutine: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coroutine, loop()).result(timeout=120)
 
 
-def azurite_port(connection_string: str) -> int:
-    """The port of the Table service a connection string names (Azurite's, on loopback)."""
-    return int(connection_string.split("TableEndpoint=http://127.0.0.1:")[1].split("/")[0])
+def azurite_port(connection_string: str, service: str = "Table") -> int:
+    """The port of the Table (or ``"Queue"``) service a connection string
+    names (Azurite's, on loopback)."""
+    endpoint = f"{service}Endpoint=http://127.0.0.1:"
+    return int(connection_string.split(endpoint)[1].split("/")[0])
 
 
 def register_raw(table: TableClient) -> None:
