@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from streamstone_py import EventData, check_key, check_row
+from streamstone_py import EventData, check_key, check_row, id_row_key
 
 from ._envelope import encode_envelope, read_queue_text
 from ._message import Message
@@ -61,10 +61,14 @@ def type_refusal(type_: str, accepts: Callable[[str], bool] | None) -> str | Non
     return None
 
 
-def id_refusal(message_id: str) -> str | None:
-    """Why the table cannot store this message id as a row key, or None."""
+def id_refusal(message_id: str, handler: str | None = None) -> str | None:
+    """Why the table cannot store this message id as a row key, or None;
+    with ``handler`` (its name), as the row key it becomes in that handler's
+    stream, ``<handler>|SS-UID-<id>``, which must also hold in 1 KiB."""
     try:
         EventData(id=message_id)
+        if handler is not None:
+            id_row_key(message_id, handler)
     except (ValueError, TypeError) as exc:
         return f"message id cannot be stored: {exc}"
     return None
@@ -81,9 +85,10 @@ def _key_refusal(key: str) -> str | None:
 
 
 def _field_refusal(
-    message_id: str, key: str, type_: str, accepts: Callable[[str], bool] | None
-) -> str | None:
-    return type_refusal(type_, accepts) or _key_refusal(key) or id_refusal(message_id)
+    message_id: str, key: str, type_: str, accepts: Callable[[str], bool] | None,
+    handler: str | None,
+) -> str | None:  # fmt: skip
+    return type_refusal(type_, accepts) or _key_refusal(key) or id_refusal(message_id, handler)
 
 
 def sent_time(value: object, where: str) -> tuple[str | None, str | None]:
@@ -130,14 +135,17 @@ def admit(
     *,
     accepts: Callable[[str], bool] | None = None,
     sent_at: SentAt | None = None,
+    handler: str | None = None,
 ) -> Message | Refused:
     """The message of these fields, or why it can never be handled.
 
     ``accepts``: the handler's test of a type (an unknown type is refused);
     ``sent_at``: where the sent time is and its value, which becomes the
-    message's ``sent_at`` header (a missing or invalid one is refused)."""
+    message's ``sent_at`` header (a missing or invalid one is refused);
+    ``handler``: the handler's name (the id is checked as the row key it
+    becomes in that handler's stream)."""
     try:
-        reason = _field_refusal(message_id, key, type_, accepts)
+        reason = _field_refusal(message_id, key, type_, accepts, handler)
         if reason is not None:
             return Refused(reason)
         message = Message(message_id, key, type_, body, headers or {}, due)
@@ -152,12 +160,14 @@ def admit_text(
     default_id: str | None = None,
     accepts: Callable[[str], bool] | None = None,
     sent_at: Callable[[Message], SentAt] | None = None,
+    handler: str | None = None,
 ) -> Message | Refused:
     """The message a queue message's text carries (see :func:`read_queue_text`),
     or why it can never be handled; never raises.
 
     ``sent_at(message)`` gives where the message's sent time is and its value
-    (the envelope's ``produced``, the queue's insertion time...)."""
+    (the envelope's ``produced``, the queue's insertion time...); ``accepts``
+    and ``handler`` as for :func:`admit`."""
     if not isinstance(text, str):
         try:
             text = bytes(text or b"").decode("utf-8")
@@ -168,7 +178,7 @@ def admit_text(
     except Exception as exc:  # read_queue_text raises ValueError only; a text is data
         return Refused(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}")
     try:
-        reason = _field_refusal(message.id, message.key, message.type, accepts)
+        reason = _field_refusal(message.id, message.key, message.type, accepts, handler)
         where = None if sent_at is None else sent_at(message)
     except Exception as exc:  # a handler's type test that raises, say
         return Refused(f"invalid message: {type(exc).__name__}: {exc}", message)

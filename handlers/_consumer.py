@@ -253,6 +253,7 @@ class QueueConsumer:
             return None
         admitted = admit_text(
             text, default_id=received.id, accepts=self.processor.handler.accepts,
+            handler=self.processor.store.handler_name,
             sent_at=None if self.sent_at is None else lambda m: self._sent_time(m, received),
         )  # fmt: skip
         if isinstance(admitted, Refused):

@@ -65,6 +65,7 @@ class HandlerContext:
         self._id_scheme = id_scheme
         self._counter = 0
         self._outputs: list[Message] = []
+        self._given: set[str] = set()
         seed = hashlib.sha256(b"random\x00" + message.id.encode("utf-8")).digest()
         self._random = _random.Random(int.from_bytes(seed[:16], "big"))
 
@@ -138,6 +139,8 @@ class HandlerContext:
             produced=self._now if self._now.utcoffset() is not None else None,
         )
         self._outputs.append(output)
+        if id is not None:
+            self._given.add(output.id)
         return output
 
     def schedule(
@@ -182,6 +185,12 @@ class HandlerContext:
     @property
     def outputs(self) -> tuple[Message, ...]:
         return tuple(self._outputs)
+
+    @property
+    def given_ids(self) -> frozenset[str]:
+        """The ids the handler gave its outputs (``id=``), rather than derived:
+        only these can meet another message's output, so only these are recorded."""
+        return frozenset(self._given)
 
     @property
     def captures(self) -> dict[str, Any]:

@@ -8,15 +8,18 @@ decides it:
    delivered again;
 2. the handler does not take its type: ``refused``;
 3. a copy of a message earlier in this batch: a duplicate of it;
-4. known to be stored (the write found it) or sent before retention's
+4. its id cannot be a row key of the handler's stream: ``refused`` (before
+   anything looks it up);
+5. known to be stored (the write found it) or sent before retention's
    watermark: replayed as a duplicate, or ``refused`` when retention forgot it;
-5. its id cannot be a row key: ``refused``;
 6. the handler fails on the newest state (or that state cannot be read):
    if the message is stored after all, replayed as a duplicate; otherwise
-   abandoned (``failed``), and the key stops;
-7. it publishes an output id that an earlier message of the batch published
-   with other content (or two outputs of one id and different content):
-   ``refused``, and the earlier one stands;
+   abandoned (``failed``), and the key stops (a lookup that fails is this
+   message's failure too, never the batch's);
+7. it publishes an output id that an earlier message published with other
+   content, of the batch or recorded by an earlier one (see ``_records``), or
+   two outputs of one id and different content: ``refused``, and the earlier
+   one stands;
 8. its version cannot be stored (over the table's limits): abandoned (``failed``);
 9. otherwise processed: a new version, and its outputs.
 
@@ -30,7 +33,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from streamstone_py import EventData, Stream, split_binary
+from azure.core.exceptions import AzureError
+
+from streamstone_py import EventData, Stream, StreamstoneError, split_binary
 
 from ._admission import id_refusal, type_refusal
 from ._codec import digest, pack
@@ -45,11 +50,12 @@ from ._errors import (
 from ._message import Message
 from ._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
 from ._reading import header_state
+from ._records import OutputIds
 from ._replay import Replayer
-from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK
+from ._store import ID_SCHEME, RECORDS, RETAIN_CUT, STATE, WATERMARK, OutputRecord
 from ._strategy import Strategy
 
-__all__ = ["Folder"]
+__all__ = ["Folder", "NotLookedUp"]
 
 
 class Folder:
@@ -72,22 +78,36 @@ class Folder:
         self.check_output = check_output
 
     def fold(
-        self, key: str, messages: Sequence[Message], stream: Stream, stored: dict[str, Found]
+        self,
+        key: str,
+        messages: Sequence[Message],
+        stream: Stream,
+        stored: dict[str, Found],
+        records: dict[str, OutputRecord],
     ) -> Plan:
         """The batch's steps over ``stream``; ``stored`` holds what earlier
-        attempts found stored, and gains what this fold finds."""
-        return _Fold(self, key, stream, stored).run(messages)
+        attempts found stored, and gains what this fold finds; ``records``,
+        the output id records earlier attempts found stored."""
+        return _Fold(self, key, stream, stored, OutputIds(records)).run(messages)
 
     def stored_original(self, key: str, message: Message) -> Found | None:
         """A stored message's replay (or why it cannot be), or ``None`` if not stored.
 
         Duplicates are found when the write fails, so a stored message that
         the fold would abandon (a failing handler, a late message) is looked
-        up first, and replayed if it is stored.
+        up first, and replayed if it is stored. A lookup that fails for
+        anything but storage is this message's failure (:class:`NotLookedUp`),
+        never its batch's: storage's faults the chunk, as a write's does.
         """
-        if self.replayer.store.find(self.replayer.store.partition(key), message.id) is None:
-            return None
-        return self.replay_or_error(key, message)
+        try:
+            if self.replayer.store.find(self.replayer.store.partition(key), message.id) is None:
+                return None
+            return self.replay_or_error(key, message)
+        except (AzureError, StreamstoneError):
+            raise
+        except Exception as exc:  # a message's data, or a bug: its own outcome
+            return NotLookedUp(f"whether message {message.id!r} is stored cannot be told: "
+                               f"{type(exc).__name__}: {exc}")  # fmt: skip
 
     def replay_or_error(self, key: str, message: Message) -> Found:
         try:
@@ -128,9 +148,11 @@ class Folder:
         context: HandlerContext,
         state: bytes,
         header: dict[str, Any],
+        records: Sequence[tuple[str, OutputRecord]] = (),
     ) -> EventData:
-        """The stored version of a processed message, checked against the table's
-        limits and against what the publisher can deliver."""
+        """The stored version of a processed message, with the output id
+        ``records`` it writes, checked against the table's limits and against
+        what the publisher can deliver."""
         self._check_outputs(context.outputs)
         encoded_outputs = pack([o.encode() for o in context.outputs])
         stored = pack_stored(state, self.strategy.store.compression)
@@ -143,10 +165,16 @@ class Folder:
         }
         if context.captures:
             properties["Captures"] = pack(context.captures)
+        if records:
+            properties[RECORDS] = pack([d for d, _ in records])
+        store = self.strategy.store
         event = EventData(
             id=message.id,
             properties=properties,
-            includes=self.strategy.includes(message.id, encoded_outputs, context.now()),
+            includes=[
+                *self.strategy.includes(message.id, encoded_outputs, context.now()),
+                *(store.record_include(d, r) for d, r in records),
+            ],
             stream_properties={**header, **split_binary(STATE, stored)},
         )
         Stream.check_write(stream, event)
@@ -158,10 +186,16 @@ class Folder:
                 self.check_output(output)
 
 
+class NotLookedUp(HandlerError):
+    """A lookup of a message failed: whether it is stored is not known."""
+
+
 class _Fold:
     """One batch over one header: the running state, version and steps."""
 
-    def __init__(self, folder: Folder, key: str, stream: Stream, stored: dict[str, Found]):
+    def __init__(
+        self, folder: Folder, key: str, stream: Stream, stored: dict[str, Found], ids: OutputIds
+    ):
         self.folder = folder
         self.key = key
         self.stream = stream
@@ -183,8 +217,7 @@ class _Fold:
         self.events: list[EventData] = []
         self.seen: dict[str, Step] = {}
         self.stopped: str | None = None
-        #: Each output id published by a message of the batch, with that message's id.
-        self.published: dict[str, tuple[Message, str]] = {}
+        self.ids = ids
 
     def run(self, messages: Sequence[Message]) -> Plan:
         for message in messages:
@@ -202,11 +235,11 @@ class _Fold:
         if earlier is not None:
             outputs = self.folder.strategy.repeated(earlier)
             return self._add(Step(message, "duplicate", earlier.version, outputs))
-        if self._known(message):
-            return None
-        refused = id_refusal(message.id)  # the id must be storable as a row key
+        refused = id_refusal(message.id, self.folder.replayer.store.handler_name)
         if refused is not None:
             return self._abandon(message, HandlerError(refused), kind="refused")
+        if self._known(message):
+            return None
         self._handle(message)
         return None
 
@@ -237,19 +270,21 @@ class _Fold:
             after = folder.replayer.invoke(self.state, self.version, message, context)
         except HandlerError as exc:
             found = folder.stored_original(self.key, message)
-            if found is None:
-                self._abandon(message, exc, stops_key=True)
-                self.stopped = f"an earlier message of key {self.key!r} failed: {exc}"
+            if found is None or isinstance(found, NotLookedUp):
+                error = exc if found is None else HandlerError(f"{exc}; and {found}")
+                self._abandon(message, error, stops_key=True)
+                self.stopped = f"an earlier message of key {self.key!r} failed: {error}"
                 return
             self.stored[message.id] = found
             self._take(message, found, stop_if_nondeterministic=False)
             return
-        clash = self._clash(message, context.outputs)
+        clash = self.ids.clash(message, context.outputs, context.given_ids)
         if clash is not None:
             self._abandon(message, HandlerError(clash), kind="refused")
             return
+        records = self.ids.to_record(message, context.outputs, context.given_ids)
         try:
-            event = folder.event(self.stream, message, context, after, self.header)
+            event = folder.event(self.stream, message, context, after, self.header, records)
         except (ValueError, TypeError) as exc:
             # Its version cannot be stored (a capture, an id or outputs over the
             # table's limits): the same on every delivery, so only it is dropped.
@@ -261,22 +296,6 @@ class _Fold:
         self.events.append(event)
         dispatch = folder.strategy.dispatches()
         self._add(Step(message, "completed", self.version, context.outputs, dispatch=dispatch))
-
-    def _clash(self, message: Message, outputs: Sequence[Message]) -> str | None:
-        """Why these outputs cannot go out beside the batch's earlier ones: an
-        id published with other content (publishing would refuse the batch)."""
-        mine: dict[str, Message] = {}
-        for output in outputs:
-            earlier = mine.setdefault(output.id, output)
-            if earlier is not output and earlier.encode() != output.encode():
-                return f"two outputs have the id {output.id!r} and different content"
-            found = self.published.get(output.id)
-            if found is not None and found[0].encode() != output.encode():
-                return (
-                    f"output id {output.id!r} of message {message.id!r} was published by message "
-                    f"{found[1]!r} of this batch with other content"
-                )
-        return None
 
     def _take(self, message: Message, found: Found, *, stop_if_nondeterministic: bool) -> None:
         """A stored message's replay as its step (or its error, as abandoned)."""
@@ -294,8 +313,7 @@ class _Fold:
     def _add(self, step: Step) -> None:
         self.steps.append(step)
         self.seen[step.message.id] = step
-        for output in step.outputs:
-            self.published.setdefault(output.id, (output, step.message.id))
+        self.ids.add(step)
 
     def _abandon(
         self,

@@ -45,7 +45,7 @@ Status = Literal["completed", "duplicate", "abandoned", "faulted"]
 #: - ``completed``, ``duplicate``: as the status;
 #: - ``refused``: it can never be handled, for what it is (an unknown type, an
 #:   id the table cannot store, a late duplicate retention forgot, an output
-#:   id another message of the batch published with other content): shelve it
+#:   id another message of the key published with other content): shelve it
 #:   at once, alone;
 #: - ``failed``: the handler failed on it, or made what cannot be stored or
 #:   sent; a later delivery (or a fixed handler) may do better;

@@ -14,7 +14,7 @@ from streamstone_py import TableOperation, check_key, check_row, is_stream_row_k
 
 from ._codec import pack
 from ._message import Message
-from ._store import OUTBOX_PREFIX
+from ._store import OUTBOX_PREFIX, RECORD_PREFIX
 
 __all__ = ["InMemoryPublisher", "Publisher", "TablePublisher", "unique_outputs"]
 
@@ -99,15 +99,17 @@ class TablePublisher:
         """Refuse an output this publisher could never store, or should not:
         a row the table refuses (a key or id with ``/ \\ # ?`` or control
         characters, or over 1 KiB; a type, body or headers over 64 KiB), or an
-        id that is a stream's or an outbox's row key (``SS-...``,
-        ``name|SS-...``, ``name|OB-...``)."""
+        id that is a stream's, an outbox's or an output id record's row key
+        (``SS-...``, ``name|SS-...``, ``name|OB-...``, ``name|OI-...``)."""
         check_key("output key", message.key)
         check_key("output id", message.id)
         row_key = message.id
-        if is_stream_row_key(row_key) or row_key.partition("|")[2].startswith(OUTBOX_PREFIX):
+        if is_stream_row_key(row_key) or row_key.partition("|")[2].startswith(
+            (OUTBOX_PREFIX, RECORD_PREFIX)
+        ):
             raise ValueError(
-                f"output id {row_key!r} is the row key of a stream's or an outbox's row: "
-                "publishing it could replace another key's state"
+                f"output id {row_key!r} is the row key of a stream's, an outbox's or an output "
+                "id record's row: publishing it could replace another key's state"
             )
         check_row(self.row(message), f"output {message.id!r}")
 

@@ -66,6 +66,8 @@ def retain(
     if removed:
         cut = removed[-1].version + 1
         stream = _record_cut(strategy, stream, max(r.now for r in removed), cut)
+        # Before the versions, as the outbox rows: once these are gone, nothing lists them.
+        store.delete_records(partition, [d for r in removed for d in r.records])
         strategy.before_truncate(partition, removed)
     else:
         cut = first

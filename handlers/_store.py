@@ -14,7 +14,12 @@ Layout of the stream ``{key}|{handler}`` (a virtual partition of PartitionKey
   ``Now`` it removed) and ``RetainCut`` (the version it removes below,
   stored before anything is removed, so a later call finishes it);
 - outbox strategy: one include row ``{handler}|OB-{message id}`` per message,
-  holding its encoded outputs until they are dispatched.
+  holding its encoded outputs until they are dispatched;
+- one include row ``{handler}|OI-{SHA-256 of the id}`` per output id a
+  handler gave (see ``_records``), written by the first message that published
+  it: ``MessageId`` and ``Digest`` (SHA-256 of the output); that version's
+  ``OutputIds`` (msgpack) lists the digests of the ids it recorded, so
+  retention removes the rows with it.
 
 All storage calls of the processor go through :class:`StateStore`, so tests
 can wrap it to inject crashes between any two of them.
@@ -49,7 +54,7 @@ from ._codec import unpack
 from ._compression import Compression, check_compression, unpack_stored
 from ._errors import UnreadableStateError
 
-__all__ = ["OutboxRecord", "StateStore", "StoredVersion"]
+__all__ = ["OutboxRecord", "OutputRecord", "StateStore", "StoredVersion"]
 
 STATE: Final = "State"
 WATERMARK: Final = "Watermark"
@@ -58,6 +63,9 @@ RETAIN_CUT: Final = "RetainCut"
 #: The event property naming how its output ids were derived (absent: scheme 1).
 ID_SCHEME: Final = "IdScheme"
 OUTBOX_PREFIX: Final = "OB-"
+RECORD_PREFIX: Final = "OI-"
+#: The event property listing the output id records a version wrote.
+RECORDS: Final = "OutputIds"
 
 
 #: How an outbox row is changed after it was written.
@@ -75,6 +83,8 @@ class StoredVersion:
     digest: str
     state: bytes
     id_scheme: int = 1
+    #: The output id records this version wrote (the SHA-256 of each id).
+    records: tuple[str, ...] = ()
 
     @classmethod
     def from_event(cls, event: RecordedEvent) -> StoredVersion:
@@ -84,6 +94,7 @@ class StoredVersion:
         digest = props.get("Digest")
         captures = props.get("Captures")
         id_scheme = props.get(ID_SCHEME, 1)
+        records = props.get(RECORDS)
         if not isinstance(now, datetime) or not isinstance(digest, str):
             raise ValueError(f"version {event.version} lacks a Now time or a Digest")
         if not isinstance(id_scheme, int) or isinstance(id_scheme, bool):
@@ -96,7 +107,17 @@ class StoredVersion:
             digest=digest,
             state=unpack_stored(join_binary(STATE, props)),
             id_scheme=id_scheme,
+            records=tuple(unpack(records)) if isinstance(records, bytes) else (),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRecord:
+    """An output id's record: the message that first published it, and what."""
+
+    message_id: str
+    #: SHA-256 of the output's canonical bytes (``Message.encode``).
+    digest: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +160,9 @@ class StateStore:
     def outbox_row_key(self, message_id: str) -> str:
         return f"{self.handler_name}|{OUTBOX_PREFIX}{message_id}"
 
+    def record_row_key(self, id_digest: str) -> str:
+        return f"{self.handler_name}|{RECORD_PREFIX}{id_digest}"
+
     def open(self, partition: Partition) -> Stream | None:
         return Stream.try_open(partition)
 
@@ -151,12 +175,14 @@ class StateStore:
     def write(self, stream: Stream, events: Sequence[EventData]) -> WriteResult:
         return Stream.write(stream, *events)
 
+    def _properties(self, partition: Partition, row_key: str) -> dict[str, Any] | None:
+        row = read_row(self.table, partition.partition_key, row_key, retry=self.retry)
+        return None if row is None else dict(row.properties)
+
     def outbox(self, partition: Partition, message_id: str) -> OutboxRecord | None:
-        key = self.outbox_row_key(message_id)
-        row = read_row(self.table, partition.partition_key, key, retry=self.retry)
-        if row is None:
+        found = self._properties(partition, self.outbox_row_key(message_id))
+        if found is None:
             return None
-        found = row.properties
         outputs = unpack_stored(join_binary("Outputs", found)) if "Outputs_Parts" in found else None
         produced = found.get("Produced")
         return OutboxRecord(
@@ -169,6 +195,21 @@ class StateStore:
         return Include.insert(
             {"RowKey": self.outbox_row_key(message_id), "Dispatched": False, **outputs}
         )
+
+    def output_record(self, partition: Partition, id_digest: str) -> OutputRecord | None:
+        found = self._properties(partition, self.record_row_key(id_digest))
+        if found is None:
+            return None
+        return OutputRecord(str(found.get("MessageId")), str(found.get("Digest")))
+
+    def record_include(self, id_digest: str, record: OutputRecord) -> Include:
+        return Include.insert(
+            {"RowKey": self.record_row_key(id_digest), "MessageId": record.message_id,
+             "Digest": record.digest}
+        )  # fmt: skip
+
+    def delete_records(self, partition: Partition, id_digests: Sequence[str]) -> None:
+        self._submit_each(partition, [self.record_row_key(d) for d in id_digests], "delete", {})
 
     def undispatched(self, partition: Partition) -> set[str]:
         """The message ids whose outbox rows still hold outputs (one range query)."""
@@ -192,31 +233,26 @@ class StateStore:
         """Replace outbox rows by a bare ``Dispatched`` flag (or set the flag and
         keep the outputs); rows already gone are skipped."""
         kind: _OutboxWrite = "update_merge" if keep_outputs else "update_replace"
-        self._submit_each(partition, message_ids, kind, {"Dispatched": True})
+        rows = [self.outbox_row_key(m) for m in message_ids]
+        self._submit_each(partition, rows, kind, {"Dispatched": True})
 
     def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
-        self._submit_each(partition, message_ids, "delete", {})
+        self._submit_each(partition, [self.outbox_row_key(m) for m in message_ids], "delete", {})
 
     def _submit_each(
         self,
         partition: Partition,
-        message_ids: Sequence[str],
+        row_keys: Sequence[str],
         kind: _OutboxWrite,
         values: dict[str, Any],
     ) -> None:
-        """One unconditional operation per outbox row, 100 to a transaction;
-        rows already gone are skipped."""
+        """One unconditional operation per row, 100 to a transaction; rows
+        already gone are skipped."""
         ops = [
             TableOperation(
-                kind,
-                {
-                    "PartitionKey": partition.partition_key,
-                    "RowKey": self.outbox_row_key(m),
-                    **values,
-                },
-                "*",
+                kind, {"PartitionKey": partition.partition_key, "RowKey": row, **values}, "*"
             )
-            for m in dict.fromkeys(message_ids)
+            for row in dict.fromkeys(row_keys)
         ]
         for start in range(0, len(ops), 100):
             batch = ops[start : start + 100]

@@ -19,6 +19,8 @@ from ._cache import BatchHeader
 from ._fold import Folder
 from ._message import Message
 from ._outcome import Found, Plan
+from ._records import record_in_the_way
+from ._store import OutputRecord
 
 if TYPE_CHECKING:
     from ._processor import Processor
@@ -38,11 +40,12 @@ def store_batch(
         getattr(processor.publisher, "check", None),
     )
     stored: dict[str, Found] = {}
+    records: dict[str, OutputRecord] = {}
     header = BatchHeader(processor.store, processor.cache, partition)
     conflicts = 0
     while True:
         stream = header.stream()
-        plan = folder.fold(key, messages, stream, stored)
+        plan = folder.fold(key, messages, stream, stored, records)
         if header.guessing and not confirmed_by_write(plan):
             header.read_instead()  # decide these outcomes on the stored header
             continue
@@ -72,6 +75,13 @@ def store_batch(
             header.read_instead()
         except IncludedOperationConflictError as exc:
             keep_committed(exc, plan, stored)
+            id_digest = record_in_the_way(processor.store, exc)
+            if id_digest is not None:  # published by an earlier batch: fold again knowing it
+                record = processor.store.output_record(partition, id_digest)
+                if record is not None:  # else removed by retention meanwhile: insert it again
+                    records[id_digest] = record
+                header.read_instead()
+                continue
             found = processor._strategy.owner(messages, exc)
             if found is None:
                 raise

@@ -144,7 +144,8 @@ def _process_key(
     messages: list[Message] = []
     sources: list[Any] = []  # each message's input row
     for row in rows:
-        message, reason = parse_row(row, processor.handler.accepts, settings.sent_at)
+        message, reason = parse_row(row, processor.handler.accepts, settings.sent_at,
+                                    processor.store.handler_name)  # fmt: skip
         if message is None:
             dead = _outcome_row(
                 row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,

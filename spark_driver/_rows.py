@@ -93,10 +93,11 @@ def json_nests_deeper(text: str, limit: int = MAX_NESTING) -> bool:
 
 
 def parse_row(
-    row: Any, handler_accepts: Any, sent_at: str | None = None
+    row: Any, handler_accepts: Any, sent_at: str | None = None, handler: str | None = None
 ) -> tuple[Message | None, str | None]:
     """A message from an input row, or the reason it is dead-lettered; with
-    ``sent_at`` (the input's column name) it carries its sent time.
+    ``sent_at`` (the input's column name) it carries its sent time; with
+    ``handler`` (its name), its id is checked as the row key it becomes.
 
     The row's own form is read here (bytes that are not UTF-8, a line that is
     not JSON, missing columns, a body's JSON text); everything else a message
@@ -117,14 +118,15 @@ def parse_row(
     queued = _field(row, _QUEUE_TEXT)
     if queued is not None:  # a queue message: read from its text, as a consumer reads it
         admitted = admit_text(
-            str(queued), default_id=message_id, accepts=handler_accepts,
+            str(queued), default_id=message_id, accepts=handler_accepts, handler=handler,
             sent_at=None if where is None else lambda _: where,
         )  # fmt: skip
     else:
         parsed, reason = _body(body)
         if reason is not None:
             return None, reason
-        admitted = admit(message_id, key, type_, parsed, accepts=handler_accepts, sent_at=where)
+        admitted = admit(message_id, key, type_, parsed, accepts=handler_accepts, sent_at=where,
+                         handler=handler)  # fmt: skip
     if isinstance(admitted, Refused):
         return None, admitted.reason
     return admitted, None

@@ -35,7 +35,7 @@ from ._model import (
     check_row,
     is_stream_row_key,
 )
-from ._partition import Partition, check_key, key_order
+from ._partition import Partition, check_key, id_row_key, key_order
 from ._protocol import Row, TableOperation
 from ._retry import RetryPolicy, is_transient
 from ._scan import ScannedStream
@@ -71,6 +71,7 @@ __all__ = [
     "WriteResult",
     "check_key",
     "check_row",
+    "id_row_key",
     "is_stream_row_key",
     "is_transient",
     "join_binary",

@@ -12,7 +12,7 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._text import EMULATOR_ACCOUNT, exact_str, lone_surrogate, utf16_size
 
-__all__ = ["Partition", "check_key", "key_order", "table_endpoint"]
+__all__ = ["Partition", "check_key", "id_row_key", "key_order", "table_endpoint"]
 
 #: Separates the physical partition key from a virtual stream's name.
 SEPARATOR: Final = "|"
@@ -29,6 +29,19 @@ RESERVED_PREFIX: Final = "SS-"
 
 # Characters Azure Tables refuses in keys: / \ # ? and the control characters.
 _FORBIDDEN = re.compile(r"[/\\#?\x00-\x1f\x7f-\x9f]")
+
+
+def id_row_key(event_id: str, virtual: str | None = None) -> str:
+    """The row key that records ``event_id`` in a stream (in the virtual
+    stream ``virtual`` of its partition, when given): ``ValueError`` naming
+    it when the table cannot store it (over 1 KiB in UTF-16, say), so a
+    caller can refuse an id before it meets a write or a ``Stream.find``."""
+    prefix = "" if virtual is None else virtual + SEPARATOR
+    return _id_row_key(prefix, exact_str("event id", event_id))
+
+
+def _id_row_key(prefix: str, event_id: str) -> str:
+    return check_key("event id row key", prefix + ID_PREFIX + event_id)
 
 
 def table_endpoint(table: object) -> str:
@@ -189,7 +202,7 @@ class Partition:
         return f"{self.row_key_prefix}{EVENT_PREFIX}{version:010d}"
 
     def id_row_key(self, event_id: str) -> str:
-        return check_key("event id row key", self.row_key_prefix + ID_PREFIX + event_id)
+        return _id_row_key(self.row_key_prefix, event_id)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Partition):

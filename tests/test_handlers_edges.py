@@ -43,7 +43,13 @@ def relay(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
 
 @pytest.mark.parametrize(
     "ref",
-    ["ShootingRange|SS-HEAD", "ShootingRange|SS-SE-0000000001", "SS-HEAD", "Relay|OB-m-1"],
+    [
+        "ShootingRange|SS-HEAD",
+        "ShootingRange|SS-SE-0000000001",
+        "SS-HEAD",
+        "Relay|OB-m-1",
+        "Relay|OI-0c2ba1",
+    ],
 )
 def test_an_output_never_replaces_a_row_of_another_keys_stream(
     table: TableClient, strategy: StrategyName, game: str, ref: str
@@ -62,8 +68,8 @@ def test_an_output_never_replaces_a_row_of_another_keys_stream(
 
     assert [(o.status, o.version) for o in outcomes] == [("abandoned", None), ("completed", 1)]
     assert str(outcomes[0].reason).endswith(
-        f"cannot be stored: output id {ref!r} is the row key of a stream's or an outbox's "
-        "row: publishing it could replace another key's state"
+        f"cannot be stored: output id {ref!r} is the row key of a stream's, an outbox's or "
+        "an output id record's row: publishing it could replace another key's state"
     ), outcomes[0].reason
     assert rows(Partition(table, victim)) == before
     assert Processor(shooting_range, table, InMemoryPublisher()).current_state(victim).version == 1

@@ -20,7 +20,9 @@ from handlers import (
     Processor,
     QueueConsumer,
     QueuePublisher,
+    StateStore,
 )
+from streamstone_py import Partition
 from tests.queueing import Tally, add, poison_of, seen, send, states, tally
 
 
@@ -157,3 +159,75 @@ def test_bodies_that_look_like_the_bytes_marker_arrive_exactly_as_published(
     queue.send_message(base64.b64encode(old.encode()).decode())
     QueueConsumer(processor, queue).run(until_empty=True)
     assert processor.current_state(key).state.bodies[-1] == {"raw": b"hi"}
+
+
+def test_an_id_too_long_for_the_handlers_row_key_is_poisoned_at_once_alone(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    # 505 characters: a row key alone (1010 bytes in UTF-16), but not behind the
+    # handler's 'Tally|SS-UID-' (1036 bytes), the row that records it.
+    key, long_id = f"k-{uuid.uuid4().hex[:8]}", "i" * 505
+    processor = Processor(tally, table, InMemoryPublisher())
+    failing = _plain(id=long_id, key=key, type="Broken", body={"n": 1})
+    succeeding = _plain(id=long_id[:-1] + "j", key=key, type="Add", body={"n": 100})
+    queue.send_message(failing)
+    send(queue, add(1, key, 2))
+    queue.send_message(succeeding)
+    send(queue, add(2, key, 3))
+
+    stats = QueueConsumer(processor, queue, max_dequeue_count=3, backoff=timedelta(0)).run(
+        until_empty=True
+    )
+
+    assert (stats.received, stats.completed, stats.abandoned, stats.poisoned) == (4, 2, 0, 2)
+    assert states(processor, key) == {key: (2, Tally(5, ["m-1", "m-2"]))}
+    entries = {e.content: e for e in poison_of(queues, queue)}
+    assert {t: (e.reason, e.dequeue_count) for t, e in entries.items()} == dict.fromkeys(
+        (failing, succeeding),
+        (
+            f"message id cannot be stored: event id row key 'Tally|SS-UID-{'i' * 27}'... is "
+            "1036 bytes in UTF-16; the limit is 1024",
+            1,
+        ),
+    )
+    # A direct caller meets the same refusal, from the processor.
+    [outcome] = processor.process_batch(key, [Message(long_id, key, "Broken")])
+    assert (outcome.kind, outcome.reason) == ("refused", entries[failing].reason)
+
+
+class _FindFails(StateStore):
+    """The real store, whose lookup of one message id raises what storage never does."""
+
+    def __init__(self, table: TableClient, message_id: str) -> None:
+        super().__init__(table, tally.name, Processor(tally, table, InMemoryPublisher()).retry)
+        self.message_id = message_id
+
+    def find(self, partition: Partition, message_id: str) -> int | None:
+        if message_id == self.message_id:
+            raise RuntimeError("no lookup for this one")
+        return super().find(partition, message_id)
+
+
+def test_a_failing_lookup_is_its_messages_failure_and_its_key_mates_go_on(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    processor = Processor(tally, table, InMemoryPublisher(), store=_FindFails(table, "bad"))
+    send(queue, add(1, key, 2))
+    queue.send_message(_plain(id="bad", key=key, type="Broken", body={"n": 7}))
+    send(queue, add(2, key, 3))
+
+    stats = QueueConsumer(processor, queue, max_dequeue_count=1, backoff=timedelta(0)).run(
+        until_empty=True
+    )
+
+    assert (stats.received, stats.completed, stats.abandoned, stats.poisoned) == (3, 2, 0, 1)
+    assert states(processor, key) == {key: (2, Tally(5, ["m-1", "m-2"]))}
+    [entry] = poison_of(queues, queue)
+    assert entry.reason.startswith(
+        "failed on receive 1 of 1: handler 'Tally' failed on message 'bad': RuntimeError: "
+        "cannot add 7 (at "
+    )
+    assert entry.reason.endswith(
+        "; and whether message 'bad' is stored cannot be told: RuntimeError: no lookup for this one"
+    )

@@ -78,8 +78,7 @@ def test_a_second_message_publishing_an_output_id_with_other_content_is_refused_
     [entry] = poison_of(queues, queue)
     assert (read_queue_text(entry.content).id, entry.dequeue_count) == ("c-2", 1)
     assert entry.reason == (
-        "output id 'claim-a1' of message 'c-2' was published by message 'c-0' of this batch "
-        "with other content"
+        "output id 'claim-a1' of message 'c-2' was published by message 'c-0' with other content"
     )
 
 

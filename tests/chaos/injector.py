@@ -218,6 +218,12 @@ class ChaosStore(StateStore):
     def undispatched(self, partition: Partition) -> set[str]:
         return self._around("undispatched", super().undispatched, partition)
 
+    def output_record(self, partition: Partition, id_digest: str) -> Any:
+        return self._around("output_record", super().output_record, partition, id_digest)
+
+    def delete_records(self, partition: Partition, id_digests: Sequence[str]) -> None:
+        self._around("delete_records", super().delete_records, partition, id_digests)
+
     def delete_outbox(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self._around("delete_outbox", super().delete_outbox, partition, message_ids)
 

@@ -106,6 +106,7 @@ def test_each_bad_record_is_dead_lettered_alone(
         {"message_id": b"m-257", "key": b"k", "type": b"Add", "body": nested(257).encode()},
         {"message_id": b"m-256", "key": b"k", "type": b"Add", "body": nested(256).encode()},
         {"message_id": b"m-4", "key": b"k", **add},
+        {"message_id": b"i" * 505, "key": b"k", **add},  # too long behind 'Tally|SS-UID-'
         {"line": b"\xff\xfe not even json"},
         {"line": b"[1, 2]"},
     ]
@@ -122,7 +123,11 @@ def test_each_bad_record_is_dead_lettered_alone(
         "m-4": ("completed", None),
         "m-deep": ("dead_lettered", deep),
         "m-257": ("dead_lettered", deep),
-    }
+        "i" * 505: ("dead_lettered", (
+            f"message id cannot be stored: event id row key 'Tally|SS-UID-{'i' * 27}'... is "
+            "1036 bytes in UTF-16; the limit is 1024"
+        )),
+    }  # fmt: skip
     if fmt == "parquet":
         expected |= {
             "<" + json.dumps(r, sort_keys=True) + ">": ("dead_lettered", reason)

@@ -29,13 +29,20 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
 from azurite.launcher import AzuriteTable
-from handlers import InMemoryPublisher, Message, PoisonEntry, Processor, decode_envelope
+from handlers import (
+    MAX_QUEUE_MESSAGE_BYTES,
+    InMemoryPublisher,
+    Message,
+    PoisonEntry,
+    Processor,
+    decode_envelope,
+)
 from handlers.examples import shooting_range
 from spark_driver import JobSettings
 from spark_driver.__main__ import main
 from spark_driver._queues import OutputRoute
 from tests.helpers import drain
-from tests.hostile_texts import draw_mix, envelope, stored_exactly, valid_text
+from tests.hostile_texts import b64, draw_mix, envelope, stored_exactly, valid_text
 from tests.queueing import Seen, seen
 from tests.spark.test_pipeline import client
 from tests.spark.test_queue_source import _command, needs_pyspark_4, queues, send
@@ -164,6 +171,33 @@ def test_a_failing_message_is_poisoned_alone_and_its_key_mates_are_processed_at_
     assert (entry.content, entry.dequeue_count) == (valid_text(broken), 2)
     assert [v.message_id for v in processor.history(game)] == [m.id for m in others]
     assert inbox.get_queue_properties().approximate_message_count == 0
+
+
+def test_the_source_poisons_a_text_of_any_size_with_its_reason(
+    connection_string: str, queues: Callable[[str], QueueClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_driver._queue_source import QueueOptions, QueueStreamReader
+
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
+    inbox = queues("big")
+    late = b64(envelope(id="big", key="k", type="Keep", due="9999-12-31T23:00:00-05:00",
+                        body={"pad": "x" * 44_000}))  # fmt: skip
+    largest = "{" + "x" * (MAX_QUEUE_MESSAGE_BYTES - 1)  # the most a queue message holds
+    send(inbox, [late, largest])
+
+    QueueStreamReader(QueueOptions(inbox.queue_name)).latestOffset()
+
+    assert inbox.get_queue_properties().approximate_message_count == 0
+    entries = sorted(poisoned(inbox).values(), key=lambda e: e.content_length or 0)
+    assert [(e.content_length, e.dequeue_count) for e in entries] == [
+        (None, 1), (MAX_QUEUE_MESSAGE_BYTES, 1),
+    ]  # fmt: skip
+    assert (entries[0].content, entries[0].reason) == (late, (
+        "not a message envelope: due '9999-12-31T23:00:00-05:00' is out of the range of times "
+        "in UTC"
+    ))  # fmt: skip
+    assert largest.startswith(entries[1].content)
+    assert len(entries[1].encode()) == MAX_QUEUE_MESSAGE_BYTES  # as much of it as fits
 
 
 def test_a_queue_whose_poison_queue_name_would_be_too_long_is_refused_up_front() -> None:
