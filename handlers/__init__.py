@@ -40,7 +40,7 @@ from ._errors import (
 )
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
-from ._locks import lost_lock, queue_fault
+from ._locks import lost_lock, message_gone, queue_fault
 from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
 from ._poison import PoisonQueue
@@ -97,6 +97,7 @@ __all__ = [
     "is_outage",
     "json_data",
     "lost_lock",
+    "message_gone",
     "poison_name_refusal",
     "process_until_settled",
     "queue_fault",

@@ -19,7 +19,9 @@ from azure.storage.queue import QueueClient, QueueMessage
 
 from ._breaker import Breaker, is_outage
 
-__all__ = ["Held", "LockRenewal", "lost_lock", "queue_fault", "signals_call", "text_of"]
+__all__ = [
+    "Held", "LockRenewal", "lost_lock", "message_gone", "queue_fault", "signals_call", "text_of",
+]  # fmt: skip
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +53,22 @@ class Held:
 def lost_lock(exc: HttpResponseError) -> bool:
     """The service refused the pop receipt: the message is another receive's now."""
     return isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404)
+
+
+def message_gone(exc: BaseException) -> bool:
+    """A Delete Message answered 404 MessageNotFound: the message is no longer
+    in the queue, so it will not come again. The Queue service answers a
+    stale pop receipt of a message still there with 400 PopReceiptMismatch
+    (that one is a lost lock: the message comes again); 404 MessageNotFound
+    says the message itself is gone: our own delete was applied and its
+    answer lost (the SDK retried it), or it expired, or another receive took
+    it and deleted it (its processing stored, it was a duplicate there).
+    Either way there is nothing left to settle: the message is completed."""
+    return (
+        isinstance(exc, HttpResponseError)
+        and exc.status_code == 404
+        and exc.error_code == "MessageNotFound"
+    )
 
 
 def queue_fault(exc: BaseException) -> bool:

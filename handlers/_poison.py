@@ -109,17 +109,23 @@ class PoisonEntry:
             raise ValueError(f"not a poison entry: {exc}") from None
 
     def send(self, queue: QueueClient) -> None:
-        """Send the entry to ``queue``. A service that refuses it as too large
-        (413) gets it cut to 8 KiB: a message's size never keeps it from its shelf."""
+        """Send the entry to ``queue``, once: a failure raises, and the caller's
+        breaker decides whether to try again (and says so). A queue cannot
+        tell a second Put Message from a new one, so each try whose answer
+        was lost stores one more entry: left to the SDK's own retries, that
+        would happen unseen and uncounted. Entries are at least once: a
+        reader tells a copy by its ``queueMessageId`` and ``dequeueCount``.
+        A service that refuses it as too large (413) gets it cut to 8 KiB: a
+        message's size never keeps it from its shelf."""
         try:
-            queue.send_message(self.encode())
+            queue.send_message(self.encode(), retry_total=0)
         except HttpResponseError as exc:
             if exc.status_code != 413:
                 raise
             _log.warning("poison entry of queue message %r refused as too large, sent "
                          "cut to %d characters: %s", self.queue_message_id, _REFUSED_LIMIT,
                          exc.message)  # fmt: skip
-            queue.send_message(self.encode(_REFUSED_LIMIT))
+            queue.send_message(self.encode(_REFUSED_LIMIT), retry_total=0)
 
 
 def poison_queue_of(queue: QueueClient) -> QueueClient:

@@ -27,7 +27,7 @@ from azure.storage.queue import QueueClient
 
 from ._breaker import Breaker
 from ._lifecycle import Receive
-from ._locks import Held, lost_lock, queue_fault
+from ._locks import Held, lost_lock, message_gone, queue_fault
 from ._message import Message
 from ._outcome import Outcome
 from ._poison import PoisonEntry, PoisonQueue
@@ -76,6 +76,16 @@ class ConsumerStats:
     #: Times a breaker opened, the storage's or the Queue service's:
     #: receiving paused until it answered.
     outages: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NotDeleted:
+    """Why a delete left the message in the queue: it may come again."""
+
+    why: str
+    #: Its pop receipt was refused (it comes again, to another receive), as
+    #: opposed to a failure of the service or the consumer stopping.
+    lost_lock: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +179,12 @@ class Settler:
         self.breaker.call(attempt, what, outage=queue_fault, stopping=self.stop.is_set,
                           pause=self.stop.wait)  # fmt: skip
 
-    def _delete(self, held: Held) -> str | None:
+    def _delete(self, held: Held) -> NotDeleted | None:
         """Delete the message, waiting out the Queue service's faults with it
         in hand (renewed, even by a consumer that renews no lock for slow
-        work); None once deleted, else why not: its lock was lost, the
-        consumer is stopping, or the service refused for good."""
+        work); None once deleted (or found gone: :func:`message_gone`), else
+        why not: its lock was lost, the consumer is stopping, or the service
+        refused for good."""
         held.kept = True
 
         def attempt() -> None:
@@ -187,22 +198,29 @@ class Settler:
         except AzureError as exc:
             with held.lock:
                 held.done = True
+            if message_gone(exc):
+                _log.info("queue message %r: already gone when deleted (MessageNotFound): its "
+                          "delete applied and its answer lost, or another receive took it; it "
+                          "does not come again", held.id)  # fmt: skip
+                return None
             if isinstance(exc, HttpResponseError) and lost_lock(exc):
-                return f"lock lost before the delete: {exc.message}"
-            return f"delete failed: {exc}"
-        return held.lost
+                return NotDeleted(f"lock lost before the delete: {exc.message}", lost_lock=True)
+            return NotDeleted(f"delete failed: {exc}", lost_lock=False)
+        return None if held.lost is None else NotDeleted(held.lost, lost_lock=True)
 
     def complete(self, held: Held, outcome: Outcome) -> None:
-        def delete(receive: Receive) -> None:
-            why = self._delete(held)
-            if why is not None:  # in doubt: it may come again, as a duplicate
-                receive.fault(why)
+        refusals: list[NotDeleted] = []
 
-        receive = Receive(held.id, on_complete=delete)
-        receive.complete()
-        if receive.reason is not None:  # faulted: it comes again, as a duplicate
-            self.count(faulted=1, lost_locks=int(receive.reason.startswith("lock lost")))
-            self.report("faulted", held, outcome.message, receive.reason, outcome)
+        def delete(receive: Receive) -> None:
+            refused = self._delete(held)
+            if refused is not None:  # in doubt: it may come again, as a duplicate
+                refusals.append(refused)
+                receive.fault(refused.why)
+
+        Receive(held.id, on_complete=delete).complete()
+        if refusals:  # faulted: it comes again, as a duplicate
+            self.count(faulted=1, lost_locks=int(refusals[0].lost_lock))
+            self.report("faulted", held, outcome.message, refusals[0].why, outcome)
         elif outcome.status == "duplicate":
             self.count(duplicates=1)
             self.report("duplicate", held, outcome.message, None, outcome)
@@ -298,14 +316,14 @@ class Settler:
 
     def _forget_poisoned(self, held: Held) -> None:
         """Delete a poisoned message; remembered until it is deleted."""
-        why = self._delete(held)
-        if why is None:
+        refused = self._delete(held)
+        if refused is None:
             with self._counting:
                 self._poisoned.pop(held.id, None)
             return
-        self.count(lost_locks=int(why.startswith("lock lost")))
+        self.count(lost_locks=int(refused.lost_lock))
         _log.info("queue message %r: poisoned, not deleted (%s): when it comes again, it is "
-                  "deleted, not poisoned again", held.id, why)  # fmt: skip
+                  "deleted, not poisoned again", held.id, refused.why)  # fmt: skip
 
     def later(self, held: Held) -> int:
         return held.backoff(*self.backoff)
