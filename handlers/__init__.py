@@ -40,7 +40,7 @@ from ._errors import (
 )
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
-from ._locks import lost_lock, message_gone, queue_fault
+from ._locks import log_gone, lost_lock, message_gone, queue_fault
 from ._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
 from ._poison import PoisonQueue
@@ -96,6 +96,7 @@ __all__ = [
     "handler",
     "is_outage",
     "json_data",
+    "log_gone",
     "lost_lock",
     "message_gone",
     "poison_name_refusal",

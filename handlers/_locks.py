@@ -20,7 +20,8 @@ from azure.storage.queue import QueueClient, QueueMessage
 from ._breaker import Breaker, is_outage
 
 __all__ = [
-    "Held", "LockRenewal", "lost_lock", "message_gone", "queue_fault", "signals_call", "text_of",
+    "Held", "LockRenewal", "log_gone", "lost_lock", "message_gone", "queue_fault", "signals_call",
+    "text_of",
 ]  # fmt: skip
 
 _log = logging.getLogger(__name__)
@@ -67,8 +68,17 @@ def message_gone(exc: BaseException) -> bool:
     return (
         isinstance(exc, HttpResponseError)
         and exc.status_code == 404
-        and exc.error_code == "MessageNotFound"
+        # Set by the storage SDK (a str enum), not declared by azure-core.
+        and getattr(exc, "error_code", None) == "MessageNotFound"
     )
+
+
+def log_gone(log: logging.Logger, message_id: str) -> None:
+    """The line of a delete that found its message gone (:func:`message_gone`):
+    INFO, as for a completed message."""
+    log.info("queue message %r: already gone when deleted (MessageNotFound): its delete "
+             "applied and its answer lost, or another receive took it; it does not come "
+             "again", message_id)  # fmt: skip
 
 
 def queue_fault(exc: BaseException) -> bool:

@@ -27,7 +27,7 @@ from azure.storage.queue import QueueClient
 
 from ._breaker import Breaker
 from ._lifecycle import Receive
-from ._locks import Held, lost_lock, message_gone, queue_fault
+from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
 from ._message import Message
 from ._outcome import Outcome
 from ._poison import PoisonEntry, PoisonQueue
@@ -199,9 +199,7 @@ class Settler:
             with held.lock:
                 held.done = True
             if message_gone(exc):
-                _log.info("queue message %r: already gone when deleted (MessageNotFound): its "
-                          "delete applied and its answer lost, or another receive took it; it "
-                          "does not come again", held.id)  # fmt: skip
+                log_gone(_log, held.id)
                 return None
             if isinstance(exc, HttpResponseError) and lost_lock(exc):
                 return NotDeleted(f"lock lost before the delete: {exc.message}", lost_lock=True)

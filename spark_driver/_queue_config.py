@@ -21,7 +21,9 @@ from handlers import (
     Breaker,
     PoisonEntry,
     PoisonQueue,
+    log_gone,
     lost_lock,
+    message_gone,
     poison_name_refusal,
     queue_fault,
 )
@@ -154,11 +156,16 @@ def queue_call(attempt: Callable[[], T], what: str) -> T:
 
 def delete(queue: QueueClient, message_id: str, pop_receipt: str) -> bool:
     """Delete a queue message, waiting out the service's faults; False when
-    its lock was lost (it comes again)."""
+    its lock was lost (400: it comes again). A message found gone (404
+    MessageNotFound: a delete whose answer was lost, the SDK having tried
+    it again) is deleted: it does not come again (:func:`message_gone`)."""
     try:
         queue_call(lambda: queue.delete_message(message_id, pop_receipt),
                    f"delete of queue message {message_id!r}")  # fmt: skip
     except HttpResponseError as exc:
+        if message_gone(exc):
+            log_gone(_log, message_id)
+            return True
         if not lost_lock(exc):
             raise
         return False

@@ -29,6 +29,7 @@ from ._queue_config import (
     MAX_HIDDEN,
     QueueConfig,
     check_queue_name,
+    delete,
     lost_lock,
     poison,
     queue_call,
@@ -145,9 +146,11 @@ def settle_partition(
         count = int(receipt["dequeueCount"])
         try:
             if row["reason"] is None:
-                queue_call(partial(queue.delete_message, receipt["id"], receipt["popReceipt"]),
-                           f"delete of queue message {receipt['id']!r}")  # fmt: skip
-                deleted += 1
+                if delete(queue, receipt["id"], receipt["popReceipt"]):
+                    deleted += 1
+                else:  # it comes again, recognised then as a duplicate
+                    lost += 1
+                    _log.info("queue message %r: lock lost before it was deleted", receipt["id"])
             elif row["cause"] not in ("stopped", "held") and count >= max_dequeue_count:
                 reason = f"failed on receive {count} of {max_dequeue_count}: {row['reason']}"
                 entry = PoisonEntry(reason, receipt["text"], queue_name, receipt["id"], count)

@@ -27,7 +27,8 @@ def proxied(proxy: Proxy, connection_string: str, queue: QueueClient) -> QueueCl
     """``queue`` through ``proxy``, the SDK's retries on as users have them,
     without their 15 s waits."""
     return QueueClient.from_connection_string(
-        proxy.endpoint_of(connection_string), queue.queue_name,
+        proxy.endpoint_of(connection_string),
+        queue.queue_name,
         retry_policy=LinearRetry(backoff=0, random_jitter_range=0),
     )
 
@@ -38,9 +39,7 @@ def test_a_delete_whose_answer_is_lost_completes_the_message(
 ) -> None:  # fmt: skip
     key = f"k-{uuid.uuid4().hex[:8]}"
     deletes = itertools.count()
-    queue_proxy.plan(
-        lambda r: "drop" if r.method == "DELETE" and next(deletes) == 0 else "pass"
-    )
+    queue_proxy.plan(lambda r: "drop" if r.method == "DELETE" and next(deletes) == 0 else "pass")
     processor = Processor(tally, table, InMemoryPublisher())
     seen: list[QueueOutcome] = []
     consumer = QueueConsumer(processor, proxied(queue_proxy, connection_string, queue),

@@ -7,15 +7,17 @@ failed."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from azure.storage.queue import QueueClient, QueueServiceClient
+from azure.storage.queue import LinearRetry, QueueClient, QueueMessage, QueueServiceClient
 
 from azurite.proxy import Action, Proxy, Request
 from handlers import Breaker, InMemoryPublisher, Processor, read_queue_text
@@ -27,6 +29,32 @@ from tests.spark.test_queue_source import b64, needs_pyspark_4, queues, send
 from tests.test_queue_service_faults import queue_proxy
 
 __all__ = ["queue_proxy", "queues"]  # the fixtures
+
+
+def paused(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+    """The driver's lines, after the two of the breaker opening on ``what``
+    (the beginning of its reason) and closing again."""
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("spark_driver")]
+    assert len(lines) >= 2, lines
+    assert lines[0].startswith(
+        "Queue service unavailable: queue calls pause, trying again in 0.1 s, then less often: "
+        + what
+    ), lines
+    assert lines[1].startswith("Queue service answers again after "), lines
+    return lines[2:]
+
+
+def processed(inbox: QueueClient) -> tuple[list[QueueMessage], list[dict[str, Any]]]:
+    """Two messages sent and received, and the sink's rows to delete them."""
+    send(inbox, [b64(add(1, "k", 1)), b64(add(2, "k", 2))])
+    got = list(inbox.receive_messages(max_messages=32, visibility_timeout=30))
+    rows = [
+        {"receipt": json.dumps({"id": m.id, "popReceipt": m.pop_receipt,
+                                "dequeueCount": m.dequeue_count, "text": m.content}),
+         "reason": None, "cause": None}
+        for m in got
+    ]  # fmt: skip
+    return got, rows
 
 
 @needs_pyspark_4
@@ -66,25 +94,13 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     monkeypatch.setattr(_queue_config, "queueing", fast)
 
     # The sink: two processed messages, their first 4 deletes throttled.
-    send(inbox, [b64(add(1, "k", 1)), b64(add(2, "k", 2))])
-    got = list(inbox.receive_messages(max_messages=32, visibility_timeout=30))
-    rows = [
-        {"receipt": json.dumps({"id": m.id, "popReceipt": m.pop_receipt,
-                                "dequeueCount": m.dequeue_count, "text": m.content}),
-         "reason": None, "cause": None}
-        for m in got
-    ]  # fmt: skip
+    got, rows = processed(inbox)
     with caplog.at_level(logging.WARNING, logger="spark_driver"):
         assert list(settle_partition(rows, inbox.queue_name, 5, 1)) == [(2, 0, 0, 0)]
     assert deletes["throttled"] == 4
     assert inbox.get_queue_properties().approximate_message_count == 0
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("spark_driver")]
-    assert len(lines) == 2, lines
-    assert lines[0].startswith(
-        "Queue service unavailable: queue calls pause, trying again in 0.1 s, then less often: "
-        f"delete of queue message {got[0].id!r}: Operation returned an invalid status"
-    )
-    assert lines[1].startswith("Queue service answers again after ")
+    assert paused(caplog, f"delete of queue message {got[0].id!r}: Operation returned an "
+                  "invalid status") == []  # fmt: skip
 
     # The sink's outputs: the first two sends throttled, then each sent once.
     sends["left"] = 2
@@ -148,3 +164,92 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
         ),
     }  # each once, though each came again
     assert inbox.get_queue_properties().approximate_message_count == 1  # m-1, in a batch
+
+
+def lost_answers(
+    connection_string: str, proxy: Proxy, monkeypatch: pytest.MonkeyPatch,
+    plan: Callable[[Request], Action],
+) -> None:  # fmt: skip
+    """This process's Queue service through ``proxy`` (run by ``plan``), the
+    SDK's retries on as users have them (without their 15 s waits), and a
+    breaker with short pauses."""
+    from spark_driver import _queue_config
+
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
+    proxy.plan(plan)
+    proxied = QueueServiceClient.from_connection_string(
+        proxy.endpoint_of(connection_string),
+        retry_policy=LinearRetry(backoff=0, random_jitter_range=0),
+    )
+    monkeypatch.setitem(_queue_config._services, _queue_config.QueueConfig.from_env(), proxied)
+    fast = Breaker("Queue service", "queue calls pause", timedelta(seconds=0.1),
+                   timedelta(seconds=0.2), _queue_config._log)  # fmt: skip
+    monkeypatch.setattr(_queue_config, "queueing", fast)
+
+
+def test_the_sink_counts_a_delete_whose_answer_was_lost_as_deleted(
+    connection_string: str, queues: Callable[[str], QueueClient], queue_proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    from spark_driver._queues import settle_partition
+
+    inbox = queues("inbox")
+    first = itertools.count()
+
+    def plan(request: Request) -> Action:
+        return "drop" if request.method == "DELETE" and next(first) == 0 else "pass"
+
+    lost_answers(connection_string, queue_proxy, monkeypatch, plan)
+    got, rows = processed(inbox)
+    with caplog.at_level(logging.INFO, logger="spark_driver"):
+        # (deleted, released, poisoned, lost): the first delete was applied, its answer lost.
+        assert list(settle_partition(rows, inbox.queue_name, 5, 1)) == [(2, 0, 0, 0)]
+    assert [a for r, a in queue_proxy.seen if r.method == "DELETE"] == ["drop", "pass", "pass"]
+    assert inbox.get_queue_properties().approximate_message_count == 0
+    assert [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name.startswith("spark_driver")] == [
+        ("INFO", f"queue message {got[0].id!r}: already gone when deleted (MessageNotFound): "
+                 "its delete applied and its answer lost, or another receive took it; it does "
+                 "not come again"),
+    ]  # fmt: skip
+
+
+def test_the_source_poisons_once_per_lost_answer_through_its_breaker(
+    connection_string: str, queues: Callable[[str], QueueClient], queue_proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    from handlers import PoisonEntry
+    from spark_driver._queue_config import poison, queue_service
+
+    inbox = queues("inbox")
+    path = f"/{inbox.queue_name}-poison/messages".encode()
+
+    def to_poison(request: Request) -> bool:
+        return request.method == "POST" and path in request.head.split(b"\r\n")[0]
+
+    posts, deletes = itertools.count(), itertools.count()
+
+    def plan(request: Request) -> Action:
+        if to_poison(request):
+            return "drop" if next(posts) == 0 else "pass"
+        return "drop" if request.method == "DELETE" and next(deletes) == 0 else "pass"
+
+    lost_answers(connection_string, queue_proxy, monkeypatch, plan)
+    send(inbox, ["not a message"])
+    [got] = inbox.receive_messages(max_messages=32, visibility_timeout=30)
+    entry = PoisonEntry("not a message", "not a message", inbox.queue_name, got.id, 1)
+    with caplog.at_level(logging.WARNING, logger="spark_driver"):
+        source = queue_service().get_queue_client(inbox.queue_name)  # as the source has it
+        assert poison(source, entry, got.pop_receipt or "") == "poisoned"
+
+    # One try by the SDK (its retries off for entries), one by the breaker.
+    assert [a for r, a in queue_proxy.seen if to_poison(r)] == ["drop", "pass"]
+    assert [a for r, a in queue_proxy.seen if r.method == "DELETE"] == ["drop", "pass"]
+    shelf = QueueClient.from_queue_url(f"{inbox.url}-poison", credential=inbox.credential)
+    # At least once: a reader tells the copy by its queueMessageId and dequeueCount.
+    assert [PoisonEntry.decode(t) for t in drain(shelf)] == [entry, entry]
+    assert inbox.get_queue_properties().approximate_message_count == 0
+    assert paused(caplog, f"poisoning queue message {got.id!r}: ") == [
+        f"poisoned queue message {got.id!r} on receive 1 to {inbox.queue_name}-poison: "
+        "not a message"
+    ]
