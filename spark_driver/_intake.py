@@ -223,6 +223,15 @@ class FileIntake:
             self.checkpoint.keep_unreadable(self.unreadable)
         return again
 
+    def tell_unlisted(self) -> None:
+        """As the stream stops: each file of the folder Spark's listing leaves
+        out that no micro-batch has dead-lettered yet (the next one will)."""
+        known = {entry.uri for entry in self.unreadable}
+        for uri, why in misnamed(self.spark, self.path, self._listed):
+            if uri not in known:
+                _log.warning("%s is not read: %s; the next micro-batch dead-letters it",
+                             shown(self.spark, uri), why)  # fmt: skip
+
     def _unfit(self, uri: str) -> tuple[str, bool] | None:
         """Why a file of a micro-batch is not read, and whether at all."""
         if self.input_format == "parquet":

@@ -304,8 +304,10 @@ def run_stream(
     first, whatever their age; a key's messages apply in the order of their
     files, then of their lines, however the files fall into micro-batches (or
     by ``order_by``). The input's schema is kept in ``checkpoint`` for its
-    life (see :class:`FileIntake`); a file that cannot be read is
-    dead-lettered by name and the stream goes on without it.
+    life (see :class:`FileIntake`); a file that cannot be read, or that
+    Spark would leave out for its name, and a line over 8 MiB, are
+    dead-lettered by name and the stream goes on without them. A folder
+    whose path holds glob characters is refused (ValueError).
 
     Each batch's outputs go to ``{output}/batch={id}``, overwritten when Spark
     replays the batch after a restart (its commit never got logged), so a
@@ -343,4 +345,5 @@ def run_stream(
                 return sink.summaries  # the batch runs at the next start
             continue  # the batch again, without the files it could not read
         intake.written_after_taken()  # logged: no batch is left to tell it
+        intake.tell_unlisted()
         return sink.summaries

@@ -87,18 +87,35 @@ def test_names_spark_cannot_list_or_open_and_a_line_too_long_are_dead_lettered_b
     assert dead_letters(spark, streams.out / "batch=0") == letters(inbox)
     assert _logged(caplog) == told(inbox)
 
-    # Each is told once: a restart goes on with the new files only.
+    # Each is told once. A name Spark cannot list, alone, makes no micro-batch:
+    # it is told as the stream stops, and dead-lettered by the next batch.
+    with open(os.fsencode(inbox) + b"/d-\xfe.jsonl", "w") as out:
+        out.write(json.dumps(add("d-1")) + "\n")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="spark_driver"):
+        assert streams.run() == []
+    unlisted = (
+        "Spark's listing of the folder leaves the file out: its name is not valid UTF-8, "
+        "which Spark's JVM cannot represent (rename it)"
+    )
+    assert _logged(caplog) == [
+        f"file:{inbox}/d-\\xfe.jsonl is not read: {unlisted}; the next micro-batch dead-letters it"
+    ]
     (inbox / "c.jsonl").write_text(json.dumps(add("c-1")) + "\n")
     caplog.clear()
     with caplog.at_level("WARNING", logger="spark_driver"):
-        assert figures(streams.run()) == [(1, 1, 1, 0)]
-    assert _logged(caplog) == []
+        assert figures(streams.run()) == [(1, 2, 1, 1)]
+    assert _logged(caplog) == [f"file:{inbox}/d-\\xfe.jsonl is dead-lettered: {unlisted}"]
+    assert dead_letters(spark, streams.out / "batch=1") == [
+        (None, f"file:{inbox}/d-\\xfe.jsonl", unlisted)
+    ]
     assert seen(table_name) == ["a-1", "big-2", "z-1", "c-1"]
 
     # A batch run tells the same files, and takes the rest, from a folder
     # whose own name holds glob characters: a name, not a pattern.
     folder = inbox.rename(tmp_path / "in[1]")
     caplog.clear()
+    (folder / os.fsdecode(b"d-\xfe.jsonl")).unlink()
     with caplog.at_level("WARNING", logger="spark_driver"):
         summary = run_batch(spark, str(folder), str(tmp_path / "batch"), streams.settings,
                             partitions=2)  # fmt: skip
