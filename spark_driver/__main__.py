@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
-    status, line = 0, None
+    status, line, lost = 0, None, None
     interrupted = threading.Event()
     try:
         with _ctrl_c_sets(interrupted):
@@ -149,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         status, line = REFUSED_EXIT, f"error: {exc}"
     except Exception as exc:  # Spark's failure, or --fail-fast's stop: one line, status 4
         logging.getLogger("spark_driver").debug("the job failed", exc_info=True)
-        status, line = FAILED_EXIT, f"error: {spark_failure(exc)}"
+        lost = _jvm_lost(exc)
+        status, line = FAILED_EXIT, f"error: {lost or spark_failure(exc)}"
     except KeyboardInterrupt:
         interrupted.set()
     finally:
-        spark.stop()
+        if lost is None and _jvm_lost(None) is None:
+            spark.stop()
     if interrupted.is_set():  # Spark may tell a job cancelled for Ctrl-C as its failure
         status, line = INTERRUPTED_EXIT, "interrupted; the run is safe to start again"
     if line is not None:  # last, after whatever Spark prints as it stops
@@ -161,6 +163,33 @@ def main(argv: list[str] | None = None) -> int:
             _jvm_ended()
         parser.exit(status, f"{parser.prog}: {line}\n")
     return status
+
+
+def _jvm_lost(exc: BaseException | None) -> str | None:
+    """Why the job cannot go on, when Spark's JVM is gone (out of memory, or
+    killed) or ``exc`` is its connection lost; None while it is there."""
+    from py4j.protocol import Py4JError, Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark import SparkContext
+
+    # A Py4J error that is no Java exception is the gateway's own: its connection.
+    lost = isinstance(exc, ConnectionError) or (
+        isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)
+    )
+    proc = getattr(SparkContext._gateway, "proc", None)
+    code = None
+    if proc is not None:
+        # The connection may drop a moment before the process is seen to end.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = proc.wait(timeout=10 if lost else 0)
+    if code is None and not lost:
+        return None
+    how = (
+        "its connection was lost" if code is None
+        else "exit code 52: out of memory" if code == 52  # Spark's own code for it
+        else f"killed by signal {-code}" if code < 0
+        else f"exit code {code}"
+    )  # fmt: skip
+    return f"Spark's JVM ended ({how}); the run is safe to start again"
 
 
 def _jvm_ended() -> None:

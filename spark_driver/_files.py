@@ -4,16 +4,17 @@ holds, and the small records the job keeps beside Spark's in a checkpoint."""
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from pyspark.sql import SparkSession
 
 __all__ = [
-    "canonical", "delete", "exists", "glob_escaped", "listed", "names", "read_text", "shown",
-    "skipped",
-    "write_text",
+    "canonical", "delete", "exists", "glob_escaped", "listed", "local", "names", "read_text",
+    "shown", "skipped", "write_text",
 ]  # fmt: skip
 
 
@@ -46,9 +47,22 @@ def exists(spark: SparkSession, uri: str) -> bool:
     return bool(hadoop_path.getFileSystem(conf).exists(hadoop_path))
 
 
+def _unchecked(spark: SparkSession, fs: Any) -> Any:
+    """The file system under a checksummed one (Hadoop's local file system
+    keeps a ``.crc`` beside each file it writes, and refuses to read a file
+    edited since): the job's records are read as they are, and a record
+    someone edited is told for what it holds."""
+    from py4j.java_gateway import is_instance_of  # type: ignore[import-untyped]
+
+    gateway = spark.sparkContext._gateway
+    checksummed = is_instance_of(gateway, fs, "org.apache.hadoop.fs.ChecksumFileSystem")
+    return fs.getRawFileSystem() if checksummed else fs
+
+
 def read_text(spark: SparkSession, path: str) -> str | None:
     """A small file's text, or None when there is none."""
     fs, hadoop_path = _path(spark, path)
+    fs = _unchecked(spark, fs)
     if not fs.exists(hadoop_path):
         return None
     jvm: Any = spark.sparkContext._jvm
@@ -63,15 +77,16 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write a small file whole: beside it first, then renamed over it, so that
     a reader finds the old text or the new one, never a part."""
     fs, hadoop_path = _path(spark, path)
+    raw = _unchecked(spark, fs)
     jvm: Any = spark.sparkContext._jvm
     beside = jvm.org.apache.hadoop.fs.Path(hadoop_path.getParent(), f".{uuid.uuid4().hex}.tmp")
-    stream = fs.create(beside, True)
+    stream = raw.create(beside, True)
     try:
         stream.write(bytearray(text.encode("utf-8")))
     finally:
         stream.close()
-    fs.delete(hadoop_path, False)
-    if not fs.rename(beside, hadoop_path):
+    fs.delete(hadoop_path, False)  # with its checksum, if one was kept
+    if not raw.rename(beside, hadoop_path):
         raise OSError(f"could not write {path!r}")
 
 
@@ -107,8 +122,27 @@ def skipped(name: str) -> bool:
     return name.startswith((".", "_")) or name.endswith("._COPYING_")
 
 
+def local(uri: str) -> bytes | None:
+    """A file's path on the local file system, from its URI as Spark names it
+    (``file:/a%20b`` or ``file:///a%20b``), or from a path with no scheme;
+    None for another file system."""
+    if uri.startswith("file:"):
+        return unquote_to_bytes(uri[len("file:") :].removeprefix("//"))
+    if "://" in uri:
+        return None
+    return os.fsencode(os.path.abspath(uri))
+
+
 def shown(spark: SparkSession, uri: str) -> str:
-    """A file's URI as a person reads it: its path decoded (``file:/in/a b.json``)."""
+    """A file's URI as a person reads it: its path decoded (``file:/in/a b.json``),
+    bytes of a local name that are not UTF-8 escaped (``file:/in/b-\\xff.json``:
+    the JVM would show them all as U+FFFD)."""
+    path = local(uri) if uri.startswith("file:") else None
+    if path is not None:
+        try:
+            path.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"file:{path.decode('utf-8', 'backslashreplace')}"
     jvm: Any = spark.sparkContext._jvm
     return str(jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri)).toString())
 

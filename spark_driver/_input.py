@@ -18,6 +18,7 @@ Three things are decided here, once for both modes:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,12 +32,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from ._files import glob_escaped
+
 __all__ = [
     "CORRUPT_RECORD",
     "FILE_ORDER",
     "INPUT_FORMATS",
     "INPUT_SCHEMA",
     "LINE",
+    "LINE_OPTIONS",
+    "MAX_LINE",
     "NOT_UTF8",
     "NOT_UTF8_BYTES",
     "QUEUE_TEXT",
@@ -58,6 +63,14 @@ INPUT_SCHEMA = StructType(
     ]
 )
 INPUT_FORMATS = ("json", "parquet")
+#: The longest line read from JSON lines, in bytes: far above what a message
+#: can carry (Azure's 4 MiB transaction), and small enough to hold in memory.
+MAX_LINE: Final = 8 * 1024 * 1024
+#: Hadoop's line reader skips a line of at least this many bytes with its end
+#: of line, holding no more of it than that; the job leaves out any line over
+#: MAX_LINE itself (:func:`messages_of`), whatever its end of line, so the
+#: bound is exact.
+LINE_OPTIONS: Final = {"mapreduce.input.linerecordreader.line.maxlength": str(MAX_LINE + 3)}
 
 #: Where Spark's JSON reader keeps a line it could not parse (PERMISSIVE mode).
 CORRUPT_RECORD = "_corrupt_record"
@@ -114,7 +127,10 @@ def _json_lines(lines: DataFrame, schema: StructType) -> DataFrame:
     cannot tell. A line that is not a JSON object keeps its text in
     CORRUPT_RECORD; blank lines are skipped, as the JSON reader does."""
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_RECORD}
-    located = lines.select("value", *_located(lines)).where(F.trim(F.col("value")) != "")
+    # A line over MAX_LINE is left out whatever its end of line (Hadoop's
+    # reader skips longer ones only): the job tells it by its file (_landing).
+    kept = (F.trim(F.col("value")) != "") & (F.octet_length("value") <= MAX_LINE)
+    located = lines.select("value", *_located(lines)).where(kept)
     return located.select(
         F.from_json(F.col("value"), schema, options).alias("_message"),
         F.col("value").alias(LINE),
@@ -163,19 +179,28 @@ def read_messages(
     input_format: str,
     order_by: str | None = None,
     sent_at: str | None = None,
+    *,
+    leave_out: Sequence[str] = (),
 ) -> DataFrame:
-    """JSON lines or Parquet with at least message_id, key, type and body.
+    """JSON lines or Parquet with at least message_id, key, type and body,
+    from ``path``, a file or a folder (a name, not a pattern).
 
     Other columns are kept (with JSON, those ``order_by`` and ``sent_at``
     name, as text: :func:`json_schema`), so an ordering or sent-time column
     reaches :func:`process_messages`; so are the columns of
     :data:`FILE_ORDER`. A JSON input in which no line has such a column is
-    refused, as a Parquet input without it is.
+    refused, as a Parquet input without it is. A JSON line over
+    :data:`MAX_LINE` bytes is left out; so are the files ``leave_out`` names
+    (by their URIs, as Spark's ``_metadata.file_path`` gives them).
     """
     _check_format(input_format)
+    literal = glob_escaped(path)  # a name, not a pattern Spark would expand
     if input_format == "parquet":
-        return messages_of(spark.read.parquet(path), input_format, path, order_by, sent_at)
-    frame = messages_of(spark.read.text(path), input_format, path, order_by, sent_at)
+        return messages_of(spark.read.parquet(literal), input_format, path, order_by, sent_at)
+    lines = spark.read.options(**LINE_OPTIONS).text(literal)
+    if leave_out:  # a filter on the file's metadata alone: Spark does not open those files
+        lines = lines.where(~F.col("_metadata.file_path").isin(list(leave_out)))
+    frame = messages_of(lines, input_format, path, order_by, sent_at)
     for what, name in (("order", order_by), ("sent-at", sent_at)):
         missing = name is not None and frame.where(F.col(name).isNotNull()).isEmpty()
         if missing and not frame.isEmpty():

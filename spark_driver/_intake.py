@@ -5,14 +5,21 @@ DataFrame, with nothing skipped without a trace.
   ``maxFileAge`` (7 days) before the newest it took; the stream sets it so
   far that every new file is taken, whatever its modification time;
 - *schema*: JSON lines are read with a schema known before any file is
-  there (:func:`json_schema`), and a Parquet stream's is that of the first
-  file it reads; either is recorded in the checkpoint at the first start and
-  kept for the checkpoint's life: a restart whose options would change it is
+  there (:func:`json_schema`), and a Parquet stream's is that of the oldest
+  file with the message columns (and those the options name); either is
+  recorded in the checkpoint at the first start and kept for the
+  checkpoint's life: a restart whose options would change its columns is
   refused, naming the change, and a Parquet file that does not fit it cannot
   be read (below);
+- *files looked at first* (``_landing``): before a micro-batch's messages
+  reach the handlers, a Parquet file without those columns, a line too
+  long to read, and a file of the folder Spark's listing leaves out for its
+  name are each recorded and dead-lettered by name in that batch; a file
+  not to be read at all makes the batch run again without it;
 - *unreadable files*: a micro-batch that fails while reading its files has
   them read again, to find those that cannot be read (those the error names,
-  alone; else all of them, then halves, down to single files); each is
+  alone; else all of them, then halves, down to single files; a local name
+  with ``:`` is told without reading it, as Hadoop cannot open it); each is
   recorded in the checkpoint with its reason, dead-lettered by name in that
   batch's results, and left out of the stream from then on (Spark prunes it
   by its ``_metadata.file_path``), so that the batch runs again without it
@@ -25,81 +32,32 @@ DataFrame, with nothing skipped without a trace.
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ._checkpoint import Checkpoint
-from ._checks import INPUT_RECORD
-from ._files import exists, glob_escaped, listed, shown
-from ._input import json_schema, messages_of
+from ._checkpoint import FORMATS, INPUT, Checkpoint, Unreadable
+from ._failures import OUTAGE, failure_reason, whole_text
+from ._files import exists, glob_escaped, listed, local, shown
+from ._input import INPUT_SCHEMA, LINE_OPTIONS, json_schema, messages_of
+from ._landing import colon_in_name, lacks_columns, long_lines, misnamed
 
-__all__ = ["FileIntake", "Unreadable", "failure_reason"]
+__all__ = ["FileIntake", "LeftOut", "Unreadable"]
 
 _log = logging.getLogger(__name__)
 
 #: Spark's file source takes no new file stamped more than this before the
 #: newest it took (its default is 7 days): a hundred years is "any".
 NO_MAX_AGE: Final = "36500d"
-_FORMATS: Final = {"json": "JSON lines", "parquet": "Parquet"}
-#: The job's records in the checkpoint (beside the input's, ``INPUT_RECORD``).
-_UNREADABLE: Final = "unreadable.json"
-_WRITTEN_AFTER: Final = "written-after-taken.json"
-#: A read that failed because the storage could not be reached, not because of
-#: the file: the stream stops (to be run again) instead of refusing the file.
-_OUTAGE: Final = re.compile(
-    r"java\.net\.|SocketTimeout|ConnectException|UnknownHost|Connection (reset|refused)"
-    r"|timed out|Throttl|ServerBusy|Service ?Unavailable",
-    re.IGNORECASE,
-)
 
 
-@dataclass(frozen=True)
-class Unreadable:
-    """A file the stream could not read: its URI (as Spark's file metadata
-    names it), the micro-batch that met it, and why."""
-
-    uri: str
-    batch: int
-    reason: str
-
-
-def _java(exc: BaseException) -> Any:
-    """The JVM's exception behind a PySpark one, if any."""
-    return getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
-
-
-def _whole_text(spark: SparkSession, exc: BaseException) -> str:
-    """An error's message with its JVM stack traces, causes and the failed
-    tasks' included (PySpark may show only the first line)."""
-    java = _java(exc)
-    if java is None:
-        return str(exc)
-    jvm: Any = spark.sparkContext._jvm
-    return str(jvm.org.apache.commons.lang3.exception.ExceptionUtils.getStackTrace(java))
-
-
-def failure_reason(exc: BaseException) -> str:
-    """The innermost error with a message in Spark's chain of causes (the one
-    that says what is wrong with the file), as one line."""
-    java = _java(exc)
-    reason = None
-    while java is not None:
-        message = java.getMessage()
-        if message:
-            name = str(java.getClass().getSimpleName())
-            reason = f"{name}: {' '.join(str(message).split())}"
-        java = java.getCause()
-    if reason is None:
-        lines = str(exc).strip().splitlines()
-        reason = lines[0] if lines else type(exc).__name__
-    return reason if len(reason) <= 500 else reason[:500] + "..."
+class LeftOut(RuntimeError):
+    """Raised by the sink before a micro-batch reads its files, when one is
+    not to be read: the batch runs again without it."""
 
 
 class FileIntake:
@@ -116,16 +74,26 @@ class FileIntake:
         sent_at: str | None = None,
         max_files_per_trigger: int | None = None,
     ) -> None:
-        if input_format not in _FORMATS:
+        if input_format not in FORMATS:
             raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
+        if glob_escaped(path) != path:
+            # Escaped, Spark's file source lists the folder, then reads each file as often
+            # as the batch has files; unescaped, it reads nothing (a batch run reads it whole).
+            raise ValueError(
+                f"input {path!r} holds a character Spark's streaming file source reads as a "
+                "pattern (* ? [ ] { } \\): a stream cannot read that folder; rename it"
+            )
         self.spark, self.path, self.checkpoint = spark, path, Checkpoint(spark, checkpoint)
         self.input_format, self.order_by, self.sent_at = input_format, order_by, sent_at
         self.max_files_per_trigger = max_files_per_trigger
-        kept = self.checkpoint.record(_UNREADABLE) or []
-        self.unreadable = [Unreadable(**entry) for entry in kept]
-        self._told: list[str] = self.checkpoint.record(_WRITTEN_AFTER) or []
+        self.unreadable = self.checkpoint.unreadable()
+        self._told = self.checkpoint.told()
         self._looked_at: int | None = None
         self._schema: StructType | None = None
+        self._listed: set[str] = set()  # names found in Spark's listing
+        # The columns a file must have: the messages', and those the options name.
+        named = [name for name in (order_by, sent_at) if name is not None]
+        self.columns = list(dict.fromkeys([*INPUT_SCHEMA.fieldNames(), *named]))
 
     # --- the schema, for the life of the checkpoint ---------------------------------
 
@@ -135,9 +103,12 @@ class FileIntake:
         no Parquet file to take it from yet."""
         if self._schema is not None:
             return self._schema
-        recorded = self.checkpoint.record(INPUT_RECORD[1])
-        if recorded is not None:
-            self._schema = self._kept(recorded)
+        recorded = self.checkpoint.input()
+        # A Parquet schema without the message columns (as an earlier version
+        # could record) never started a query: it is taken afresh.
+        message = set(INPUT_SCHEMA.fieldNames())
+        if recorded is not None and message <= set(recorded[1].fieldNames()):
+            self._schema = self._kept(*recorded)
             return self._schema
         schema = (
             self._first_parquet_schema()
@@ -146,8 +117,7 @@ class FileIntake:
         )
         if schema is None:
             return None
-        record = {"format": self.input_format, "schema": schema.jsonValue()}
-        self.checkpoint.keep(INPUT_RECORD[1], record)
+        self.checkpoint.keep_input(self.input_format, schema)
         self._schema = schema
         return schema
 
@@ -159,20 +129,23 @@ class FileIntake:
                 return False
         return True
 
-    def _kept(self, record: dict[str, Any]) -> StructType:
+    def _lacking(self, schema: StructType) -> list[str]:
+        return [column for column in self.columns if column not in schema.fieldNames()]
+
+    def _kept(self, input_format: str, kept: StructType) -> StructType:
         """The recorded schema, or a refusal when this run's options change it."""
-        kept = StructType.fromJson(record["schema"])
-        where = self.checkpoint.record_path(INPUT_RECORD[1])
+        where = self.checkpoint.record_path(INPUT)
         how = f"(to start afresh, remove {where!r}: the next start records its own)"
-        if record["format"] != self.input_format:
+        if input_format != self.input_format:
             raise ValueError(
-                f"checkpoint {self.checkpoint.path!r} reads {_FORMATS[record['format']]}, not "
-                f"{_FORMATS[self.input_format]}: a checkpoint's input is fixed for its life {how}"
+                f"checkpoint {self.checkpoint.path!r} reads {FORMATS[input_format]}, not "
+                f"{FORMATS[self.input_format]}: a checkpoint's input is fixed for its life {how}"
             )
         if self.input_format == "json":
-            wanted = json_schema(self.order_by, self.sent_at)
-            if wanted != kept:
-                before, now = set(kept.fieldNames()), set(wanted.fieldNames())
+            # The columns, not their order: --order-by and --sent-at may swap theirs.
+            before = set(kept.fieldNames())
+            now = set(json_schema(self.order_by, self.sent_at).fieldNames())
+            if before != now:
                 change = "; ".join(
                     [f"column {c!r} is new" for c in sorted(now - before)]
                     + [f"column {c!r} is gone" for c in sorted(before - now)]
@@ -185,12 +158,20 @@ class FileIntake:
         return kept
 
     def _first_parquet_schema(self) -> StructType | None:
-        """The schema of the oldest file in the folder that reads as Parquet."""
+        """The schema of the oldest file in the folder that reads as Parquet
+        and has the columns; the stream dead-letters the others it meets."""
         for uri, _ in listed(self.spark, self.path):
+            if colon_in_name(uri) is not None:
+                continue
             try:
-                return self.spark.read.parquet(glob_escaped(shown(self.spark, uri))).schema
-            except Exception as exc:  # not Parquet: the stream dead-letters it once it starts
+                schema = self.spark.read.parquet(glob_escaped(shown(self.spark, uri))).schema
+            except Exception as exc:  # not Parquet
                 _log.info("the stream's schema is not taken from %s: %s", uri, failure_reason(exc))
+                continue
+            lacking = self._lacking(schema)
+            if not lacking:
+                return schema
+            _log.info("the stream's schema is not taken from %s: it lacks %s", uri, lacking)
         return None
 
     # --- the stream -----------------------------------------------------------------
@@ -204,17 +185,64 @@ class FileIntake:
         if self.max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", str(self.max_files_per_trigger))
         if self.input_format == "json":
-            files = reader.text(self.path)
+            files = reader.options(**LINE_OPTIONS).text(self.path)
         else:
             files = reader.schema(schema).parquet(self.path)
-        if self.unreadable:
+        left_out = [entry.uri for entry in self.unreadable if entry.whole]
+        if left_out:
             # A filter on the file's metadata alone: Spark does not even open those files.
             path = F.regexp_replace(F.col("_metadata.file_path"), "^file:///", "file:/")
-            files = files.where(~path.isin([entry.uri for entry in self.unreadable]))
+            files = files.where(~path.isin(left_out))
         return messages_of(files, self.input_format, self.path, self.order_by, self.sent_at)
 
     def unreadable_in(self, batch_id: int) -> list[Unreadable]:
         return [entry for entry in self.unreadable if entry.batch == batch_id]
+
+    # --- the files looked at before a micro-batch reads them ------------------------
+
+    def look_at(self, batch_id: int) -> bool:
+        """Before micro-batch ``batch_id``'s messages reach the handlers (Spark
+        has read its files, up to the shuffle by key): its files not to be
+        read, or not whole, and the files of the folder Spark's listing
+        leaves out, each recorded once with the batch and logged; whether a
+        file of the batch is not to be read at all (the batch must then run
+        again without it)."""
+        known = {entry.uri for entry in self.unreadable}
+        new = []
+        for uri, _ in self.checkpoint.taken_in(batch_id):
+            found = None if uri in known else self._unfit(uri)
+            if found is not None:
+                new.append(Unreadable(uri, batch_id, *found))
+        again = any(entry.whole for entry in new)
+        new += [Unreadable(uri, batch_id, why) for uri, why in
+                misnamed(self.spark, self.path, self._listed) if uri not in known]  # fmt: skip
+        if new:
+            for entry in new:
+                _log.warning("%s is dead-lettered: %s", shown(self.spark, entry.uri), entry.reason)
+            self.unreadable.extend(new)
+            self.checkpoint.keep_unreadable(self.unreadable)
+        return again
+
+    def tell_unlisted(self) -> None:
+        """As the stream stops: each file of the folder Spark's listing leaves
+        out that no micro-batch has dead-lettered yet (the next one will)."""
+        known = {entry.uri for entry in self.unreadable}
+        for uri, why in misnamed(self.spark, self.path, self._listed):
+            if uri not in known:
+                _log.warning("%s is not read: %s; the next micro-batch dead-letters it",
+                             shown(self.spark, uri), why)  # fmt: skip
+
+    def _unfit(self, uri: str) -> tuple[str, bool] | None:
+        """Why a file of a micro-batch is not read, and whether at all."""
+        if self.input_format == "parquet":
+            lacking = lacks_columns(self.spark, uri, self.columns)
+            return None if lacking is None else (lacking, True)
+        path = local(uri)
+        try:
+            lines = None if path is None else long_lines(path)
+        except Exception:  # a file that cannot be read: Spark's read tells why
+            return None
+        return None if lines is None else (lines, False)
 
     # --- files written to after the stream took them --------------------------------
 
@@ -239,7 +267,7 @@ class FileIntake:
             )
             _log.warning("%s", lines[-1])
         if lines:
-            self.checkpoint.keep(_WRITTEN_AFTER, self._told)
+            self.checkpoint.keep_told(self._told)
         return lines
 
     # --- the files a failed micro-batch could not read ------------------------------
@@ -248,19 +276,19 @@ class FileIntake:
         """The files that cannot be read of the micro-batch the query failed
         in with ``error``, found and recorded; none when the error was not the
         files' (the query then fails as it did)."""
-        text = _whole_text(self.spark, error)
+        text = whole_text(self.spark, error)
         batch_id = self.checkpoint.uncommitted()
         # Only an error raised while reading the files (Spark may read them
         # before the sink is called, or inside it).
         if "FileScanRDD" not in text or batch_id is None:
             return []
-        excluded = {entry.uri for entry in self.unreadable}
+        excluded = {entry.uri for entry in self.unreadable if entry.whole}
         files = [uri for uri, _ in self.checkpoint.taken_in(batch_id) if uri not in excluded]
         named = [uri for uri in files if uri in text or shown(self.spark, uri) in text]
         found = [(uri, reason) for uri in named if (reason := self._unread([uri])) is not None]
         if not found:
             found = self._halves(files)
-        if not found or any(_OUTAGE.search(reason) for _, reason in found):
+        if not found or any(OUTAGE.search(reason) for _, reason in found):
             return []
         what = "JSON lines" if self.input_format == "json" else "Parquet of the stream's schema"
         new = [Unreadable(uri, batch_id, f"the file cannot be read as {what}: {why}")
@@ -268,7 +296,7 @@ class FileIntake:
         for entry in new:
             _log.warning("%s is dead-lettered: %s", shown(self.spark, entry.uri), entry.reason)
         self.unreadable.extend(new)
-        self.checkpoint.keep(_UNREADABLE, [asdict(entry) for entry in self.unreadable])
+        self.checkpoint.keep_unreadable(self.unreadable)
         return new
 
     def _halves(self, files: list[str]) -> list[tuple[str, str]]:
@@ -287,11 +315,14 @@ class FileIntake:
         gone = [uri for uri in files if not exists(self.spark, uri)]
         if gone:
             return "the file was removed before it was read"
+        colons = [reason for uri in files if (reason := colon_in_name(uri)) is not None]
+        if colons:  # Spark reads the files before the sink can leave them out: told here
+            return colons[0]
         paths = [glob_escaped(shown(self.spark, uri)) for uri in files]
         reader = self.spark.read
         try:
             if self.input_format == "json":
-                frame = reader.text(paths)
+                frame = reader.options(**LINE_OPTIONS).text(paths)
             else:
                 schema = self.schema()
                 assert schema is not None  # a Parquet stream started only once it had one

@@ -10,18 +10,22 @@ message changes state once and its outputs come out identical.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ._executor import RESULT_SCHEMA, mark_partition, process_partition
-from ._files import delete
+from ._files import delete, shown
 from ._input import input_order, message_columns, read_messages
+from ._landing import dead_letters, left_out
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
 
 __all__ = ["process_messages", "run_batch", "write_result"]
+
+_log = logging.getLogger(__name__)
 
 
 def process_messages(
@@ -115,12 +119,26 @@ def run_batch(
     order_by: str | None = None,
     explain: bool = False,
 ) -> Summary:
-    """Read, process and write one batch of messages; return the summary."""
-    frame = read_messages(spark, input_path, input_format, order_by, settings.sent_at)
+    """Read, process and write one batch of messages; return the summary.
+
+    Of local JSON lines, a file Spark would fail on, or leave out without a
+    word, and a line too long to read are each dead-lettered by name (see
+    :mod:`spark_driver._landing`), and the other messages processed."""
+    found = left_out(spark, input_path) if input_format == "json" else []
+    whole = [uri for uri, _, entire in found if entire]
+    frame = read_messages(
+        spark, input_path, input_format, order_by, settings.sent_at, leave_out=whole
+    )
     result = process_messages(frame, settings, partitions, order_by)
+    told = result
+    if found:
+        for uri, reason, _ in found:
+            _log.warning("%s is dead-lettered: %s", shown(spark, uri), reason)
+        files = dead_letters(spark, [(uri, reason) for uri, reason, _ in found])
+        told = JobResult.of(result.results.unionByName(files), settings, partitions)
     if explain:
-        result.outputs.explain(extended=True)
+        told.outputs.explain(extended=True)
     try:
-        return write_result(result, output, output_format)
+        return write_result(told, output, output_format)
     finally:
         result.unpersist()

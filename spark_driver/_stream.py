@@ -24,10 +24,9 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ._executor import OUTCOME, RESULT_SCHEMA, result_row
-from ._files import shown
-from ._intake import FileIntake
+from ._intake import FileIntake, LeftOut
 from ._job import write_result
+from ._landing import dead_letters
 from ._plan import METRICS, process_stream
 from ._queues import Delivery, OutputRoute, send_outputs, settle_messages
 from ._settings import JobSettings
@@ -148,6 +147,8 @@ class BatchSink:
             self.on_delivery(batch_id, delivery)
 
     def _write(self, whole: DataFrame, batch_id: int) -> tuple[Summary, Delivery] | None:
+        if self.intake is not None and self.intake.look_at(batch_id):
+            raise LeftOut(f"micro-batch {batch_id} runs again without the files it leaves out")
         # The batch before is committed: its files are looked at once more.
         notes = () if self.intake is None else tuple(self.intake.written_after_taken())
         kind = F.col("kind")
@@ -177,15 +178,10 @@ class BatchSink:
         return summary, delivery
 
     def _unreadable(self, whole: DataFrame, batch_id: int) -> DataFrame:
-        """A dead letter for each file of the batch that could not be read:
-        its path as the raw input, to fix and send again."""
+        """A dead letter for each file of the batch not read, or not whole."""
         assert self.intake is not None
-        rows = [
-            result_row(OUTCOME, status="dead_lettered", reason=entry.reason,
-                       body=shown(whole.sparkSession, entry.uri))
-            for entry in self.intake.unreadable_in(batch_id)
-        ]  # fmt: skip
-        return whole.sparkSession.createDataFrame(rows, RESULT_SCHEMA)
+        entries = self.intake.unreadable_in(batch_id)
+        return dead_letters(whole.sparkSession, [(entry.uri, entry.reason) for entry in entries])
 
 
 def run_query(
@@ -308,8 +304,10 @@ def run_stream(
     first, whatever their age; a key's messages apply in the order of their
     files, then of their lines, however the files fall into micro-batches (or
     by ``order_by``). The input's schema is kept in ``checkpoint`` for its
-    life (see :class:`FileIntake`); a file that cannot be read is
-    dead-lettered by name and the stream goes on without it.
+    life (see :class:`FileIntake`); a file that cannot be read, or that
+    Spark would leave out for its name, and a line over 8 MiB, are
+    dead-lettered by name and the stream goes on without them. A folder
+    whose path holds glob characters is refused (ValueError).
 
     Each batch's outputs go to ``{output}/batch={id}``, overwritten when Spark
     replays the batch after a restart (its commit never got logged), so a
@@ -341,10 +339,11 @@ def run_stream(
         try:
             run_query(results, sink, checkpoint, trigger=trigger, stop=stop, query_name=query_name)
         except Exception as exc:
-            if not intake.examine(exc):
+            if not isinstance(sink.failed, LeftOut) and not intake.examine(exc):
                 raise
             if stop is not None and stop.is_set():
                 return sink.summaries  # the batch runs at the next start
             continue  # the batch again, without the files it could not read
         intake.written_after_taken()  # logged: no batch is left to tell it
+        intake.tell_unlisted()
         return sink.summaries
