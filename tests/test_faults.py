@@ -8,6 +8,7 @@ request never sent ("lost"), or fails the connection before sending ("before").
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import pytest
@@ -305,10 +306,16 @@ def test_retry_policy_refuses_bad_settings(kwargs: dict[str, Any]) -> None:
         RetryPolicy(**kwargs)
 
 
-def test_retry_policy_delays_grow_and_stay_capped() -> None:
+def test_retry_policy_delays_grow_and_stay_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Full jitter: each pause is drawn from [0, window], the window doubling from
+    # initial_delay up to max_delay. The draw is pinned to each end of its window.
     policy = RetryPolicy(initial_delay=0.1, max_delay=1.0)
-    for attempt in range(1, 10):
-        assert 0 <= policy.delay(attempt) <= 1.0
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    assert [policy.delay(attempt) for attempt in range(1, 8)] == [
+        0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0,
+    ]  # fmt: skip
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
+    assert [policy.delay(attempt) for attempt in range(1, 8)] == [0.0] * 7
 
 
 @pytest.mark.parametrize("kind", ["before", "lost", "after"])
