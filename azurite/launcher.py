@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
 __all__ = ["CONNECTION_STRING_ENV", "AzuriteError", "AzuriteTable", "main"]
 
@@ -63,6 +64,10 @@ _SERVICES = {
     "table": ("azurite-table", "--tableHost", "--tablePort", "Azurite-Table/", "/Tables"),
     "queue": ("azurite-queue", "--queueHost", "--queuePort", "Azurite-Queue/", "?comp=list"),
 }
+
+
+#: One of the services: ``stop`` and ``start`` take one, to stop it alone.
+Service = Literal["table", "queue"]
 
 
 class AzuriteError(RuntimeError):
@@ -169,8 +174,13 @@ class AzuriteTable:
             f"AccountKey={_ACCOUNT_KEY};TableEndpoint={self.endpoint};{queue}"
         )
 
-    def start(self) -> AzuriteTable:
-        """Start the service (on the same port as before after a stop) and wait until it answers."""
+    def start(self, service: Service | None = None) -> AzuriteTable:
+        """Start the services (on the same ports as before after a stop) and
+        wait until they answer; ``service`` (``"table"`` or ``"queue"``)
+        starts that one alone."""
+        if service is not None:
+            self._one(service)._start()
+            return self
         self._start()
         if self.queue is not None:
             try:
@@ -179,6 +189,16 @@ class AzuriteTable:
                 self._terminate()
                 raise
         return self
+
+    def _one(self, service: Service) -> AzuriteTable:
+        """The process of ``service``: this one's for tables, its queue's for queues."""
+        if service == "table":
+            return self
+        if service == "queue" and self.queue is not None:
+            return self.queue
+        if service == "queue":
+            raise AzuriteError("no Queue service runs beside this one: give queues=True")
+        raise ValueError(f"service must be 'table' or 'queue', got {service!r}")
 
     def _start(self) -> None:
         if self.running:
@@ -267,8 +287,13 @@ class AzuriteTable:
             except subprocess.TimeoutExpired:
                 continue
 
-    def stop(self) -> None:
-        """Stop the service; in-memory data is gone, on-disk data stays for a restart."""
+    def stop(self, service: Service | None = None) -> None:
+        """Stop the services, or ``service`` (``"table"`` or ``"queue"``) alone,
+        as an outage of that service: in-memory data is gone, on-disk data
+        stays for :meth:`start`."""
+        if service is not None:
+            self._one(service)._terminate()
+            return
         if self.queue is not None:
             self.queue._terminate()
         self._terminate()

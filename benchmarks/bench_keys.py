@@ -41,6 +41,7 @@ from _common import CountingTransport, account, check, emit, log, paired, quick
 from azure.data.tables import TableClient, TableServiceClient
 
 import spark_driver._executor as executor
+import spark_driver._worker as worker
 from azurite.proxy import Proxy
 from handlers import HeaderCache, InMemoryPublisher, Message, Processor
 from handlers.examples import shooting_range
@@ -200,7 +201,7 @@ def task_rate(
     name = "benchtask" + uuid.uuid4().hex[:8]
     TableServiceClient.from_connection_string(connection_string).create_table(name)
     os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
-    executor._cache = HeaderCache()  # a fresh worker's
+    worker.header_cache = HeaderCache()  # a fresh worker's
     settings = JobSettings(
         table=name, handler="shooting_range", concurrency=concurrency, header_cache=cache
     )
@@ -210,7 +211,7 @@ def task_rate(
     elapsed = time.perf_counter() - start
     completed = sum(1 for r in out if r[0] == "outcome" and r[4] == "completed")
     check(completed == len(rows), f"{keys} keys: {completed} of {len(rows)} completed")
-    executor._clients.pop(TableConfig.from_env(table_name=name)).close()
+    worker._clients.pop(TableConfig.from_env(table_name=name)).close()
     TableServiceClient.from_connection_string(connection_string).delete_table(name)
     return len(rows) / elapsed
 

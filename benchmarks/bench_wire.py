@@ -37,6 +37,7 @@ from azure.data.tables import TableClient, TableServiceClient
 from bench_keys import rows_for
 
 import spark_driver._executor as executor
+import spark_driver._worker as worker
 from handlers import HeaderCache, InMemoryPublisher, Message, Processor
 from handlers.examples import shooting_range
 from spark_driver import JobSettings
@@ -220,7 +221,7 @@ def task_rate(connection_string: str, keys: int) -> float:
     name = "benchtask" + uuid.uuid4().hex[:8]
     TableServiceClient.from_connection_string(connection_string).create_table(name)
     os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
-    executor._cache = HeaderCache()  # a fresh worker's
+    worker.header_cache = HeaderCache()  # a fresh worker's
     settings = JobSettings(table=name, handler="shooting_range")
     rows = rows_for(keys, 1, uuid.uuid4().hex[:6])
     start = time.perf_counter()
@@ -228,7 +229,7 @@ def task_rate(connection_string: str, keys: int) -> float:
     elapsed = time.perf_counter() - start
     done = sum(1 for r in out if r[0] == "outcome" and r[4] == "completed")
     check(done == len(rows), f"task: {done} of {len(rows)} completed")
-    executor._clients.pop(TableConfig.from_env(table_name=name)).close()
+    worker._clients.pop(TableConfig.from_env(table_name=name)).close()
     TableServiceClient.from_connection_string(connection_string).delete_table(name)
     return len(rows) / elapsed
 

@@ -16,10 +16,19 @@ replayed instead.
 Errors are listed in :mod:`handlers._errors`.
 """
 
+from ._admission import Refused, admit, admit_text
+from ._breaker import Breaker, is_outage
 from ._cache import HeaderCache
 from ._codec import MAX_NESTING
-from ._consumer import ConsumerStats, PoisonEntry, QueueConsumer
+from ._consumer import ConsumerStats, PoisonEntry, QueueConsumer, QueueOutcome
 from ._context import MAX_SCHEDULE_DELAY, HandlerContext
+from ._envelope import (
+    decode_envelope,
+    encode_envelope,
+    from_json_data,
+    json_data,
+    read_queue_text,
+)
 from ._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
@@ -32,23 +41,19 @@ from ._errors import (
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
 from ._message import Message
-from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, ProcessorStats
+from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
-from ._queue import (
-    MAX_QUEUE_MESSAGE_BYTES,
-    QueuePublisher,
-    decode_envelope,
-    encode_envelope,
-    read_queue_text,
-)
+from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
 from ._reading import scan_keys, scan_states
+from ._rounds import process_until_settled
 from ._store import StateStore, StoredVersion
 
 __all__ = [
     "MAX_NESTING",
     "MAX_QUEUE_MESSAGE_BYTES",
     "MAX_SCHEDULE_DELAY",
+    "Breaker",
     "ConsumerStats",
     "DuplicateOutsideWindowError",
     "Handler",
@@ -64,22 +69,32 @@ __all__ = [
     "Message",
     "NonDeterministicHandlerError",
     "Outcome",
+    "OutcomeKind",
     "PoisonEntry",
     "Processor",
     "ProcessorStats",
     "Publisher",
     "QueueConsumer",
+    "QueueOutcome",
     "QueuePublisher",
     "Receive",
     "ReceiveState",
+    "Refused",
     "StateStore",
     "StateTooLargeError",
     "StoredVersion",
     "TablePublisher",
     "UnreadableStateError",
+    "admit",
+    "admit_text",
     "decode_envelope",
     "encode_envelope",
+    "from_json_data",
     "handler",
+    "is_outage",
+    "json_data",
+    "poison_name_refusal",
+    "process_until_settled",
     "read_queue_text",
     "scan_keys",
     "scan_states",

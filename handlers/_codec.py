@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgpack
 
-__all__ = ["MAX_NESTING", "canonical", "digest", "pack", "unpack"]
+__all__ = ["MAX_NESTING", "canonical", "digest", "pack", "unpack", "utf8"]
 
 
 #: The integers msgpack can hold: signed and unsigned 64-bit.
@@ -21,9 +21,24 @@ INT_MAX: Final = 2**64 - 1
 MAX_NESTING: Final = 256
 
 
+def utf8(text: str, what: str) -> str:
+    """``text`` if it encodes as UTF-8, else ``ValueError`` naming ``what``:
+    a lone surrogate (``"\\udfff"``, which JSON text may carry) cannot be
+    stored nor sent, so it is refused where it enters."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{what} is not UTF-8 text ({exc.reason})") from None
+    return text
+
+
 def canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
     """``value`` with every mapping's keys sorted, checking it is msgpack data
-    nested at most :data:`MAX_NESTING` levels (``depth``: the levels above it)."""
+    nested at most :data:`MAX_NESTING` levels (``depth``: the levels above it),
+    its texts UTF-8."""
+    if isinstance(value, str):
+        return utf8(value, path)
     if isinstance(value, int) and not isinstance(value, bool):
         if not INT_MIN <= value <= INT_MAX:
             raise ValueError(
@@ -31,7 +46,7 @@ def canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
                 f"[{INT_MIN}, {INT_MAX}]; send it as a string"
             )
         return value
-    if value is None or isinstance(value, bool | float | str | bytes):
+    if value is None or isinstance(value, bool | float | bytes):
         return value
     if isinstance(value, Mapping | list | tuple) and depth >= MAX_NESTING:
         shown = path if len(path) <= 80 else f"{path[:40]}...{path[-30:]}"
@@ -40,6 +55,7 @@ def canonical(value: Any, path: str = "value", depth: int = 0) -> Any:
         for key in value:
             if not isinstance(key, str):
                 raise TypeError(f"{path} has a non-str key {key!r}; keys must be str")
+            utf8(key, f"{path} key {key!r}")
         return {key: canonical(value[key], f"{path}[{key!r}]", depth + 1) for key in sorted(value)}
     if isinstance(value, list | tuple):
         return [canonical(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]

@@ -7,13 +7,16 @@ receive, and each one is a :class:`Receive`:
 - **complete**: the message was processed, or recognised as a duplicate, its
   outputs published; it is deleted with its pop receipt;
 - **abandon**: the handler failed on it; it is made visible again after a
-  backoff, to be received again (and poisoned after too many receives);
-- **fault**: the lock was lost (the pop receipt no longer holds: another
-  receiver may have it) or storage failed in doubt. The message comes back,
-  is recognised as a duplicate, its outputs published again, identical.
+  backoff, to be received again (and poisoned on its last allowed receive);
+- **fault**: the lock was lost (another receiver may have it: the message
+  comes back, is recognised as a duplicate, its outputs published again), or
+  storage is away: then the message stays in hand, its lock renewed, and is
+  tried again once storage answers (a circuit breaker pauses receiving).
 
-Locks are renewed while work outlasts them. A text that is not a message,
-or one received over ``max_dequeue_count`` times, is poisoned (``_poison``).
+A text enters through the admission (``_admission``): one that cannot become
+a message, or a message that can never be handled (an unknown type, a key
+the table cannot store...), is poisoned at once, alone, with its reason
+(``_settling`` does what the queue needs; ``_rounds`` retries a key).
 """
 
 from __future__ import annotations
@@ -26,33 +29,33 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from azure.core.exceptions import (
-    AzureError,
-    HttpResponseError,
-)
+from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueClient, QueueMessage
 
-from ._lifecycle import Receive
-from ._locks import Held, LockRenewal, lost_lock, signals_call, text_of
+from ._admission import Refused, SentAt, admit_text
+from ._breaker import Breaker
+from ._locks import Held, LockRenewal, signals_call, text_of
 from ._message import Message
-from ._outcome import ConsumerStats, Outcome, utcnow
-from ._poison import PoisonEntry, PoisonQueue, poison_queue_of
+from ._outcome import utcnow
+from ._poison import PoisonEntry, poison_queue_of
 from ._processor import Processor
-from ._queue import read_queue_text
+from ._queue import poison_name_refusal
+from ._rounds import process_until_settled
+from ._settling import ConsumerStats, QueueOutcome, Settler
 
-__all__ = ["ConsumerStats", "PoisonEntry", "QueueConsumer"]
+__all__ = ["ConsumerStats", "PoisonEntry", "QueueConsumer", "QueueOutcome"]
 
 #: What Azure Functions' queue trigger defaults to: five receives, then poison.
 MAX_DEQUEUE_COUNT: Final = 5
 #: The longest a queue message may stay hidden, in seconds (seven days).
 _MAX_HIDDEN: Final = 7 * 24 * 3600
-#: The reasons the processor gives a message it did not try because an
-#: earlier one of its key failed in the same call: such a message is tried again.
-_HELD: Final = ("an earlier message of key", "not processed: an earlier message")
 
 _log = logging.getLogger(__name__)
+
+#: The time of a queue message the late-duplicate check takes as its sent time.
+SentAtSource = Literal["produced", "inserted_on"]
 
 
 class QueueConsumer:
@@ -60,16 +63,32 @@ class QueueConsumer:
 
     Each page (up to ``page_size``, at most 32) is received with a
     ``visibility_timeout`` (seconds): the lock. Its messages are grouped by
-    key, each key handled on one of ``workers`` threads in one
-    :meth:`Processor.process_batch`, then each message is completed,
-    abandoned (visible again after ``backoff``, doubling per receive up to
-    ``max_backoff``) or poisoned. One key's failure never holds another's
-    messages, nor the key's other messages: they are handled again without it.
+    key, each key handled on one of ``workers`` threads, then each message is
+    completed, abandoned (visible again after ``backoff``, doubling per
+    receive up to ``max_backoff``) or poisoned. One key's failure never holds
+    another's messages, nor the key's other messages: they are handled again
+    at once without it. A message that can never be handled (it is not a
+    message, its type is unknown, the table cannot store its key or id...)
+    is poisoned at once.
+
+    When storage is away, no message is given up: the page in hand is kept
+    (locks renewed) and tried again after ``pause``, doubled per failed try
+    up to ``max_pause``, and nothing more is received until storage answers.
+    ``renew_locks=False`` renews no lock for slow work (a kept message's
+    lock still is: an outage must cost no receive).
+
+    ``sent_at``: which time of a message the late-duplicate check takes as
+    its sent time: ``"produced"`` (the envelope's, set when the producing
+    handler first processed its source: the same on every copy) or
+    ``"inserted_on"`` (when the queue took this copy); a message without it
+    is poisoned. ``on_outcome(QueueOutcome)`` hears of every received message.
 
     Give the queue client no message decode policy (the default): the
     consumer reads base64 envelopes and plain-text ones itself. A message
     without an ``id`` in its envelope takes the queue message's id, which
     recognises redeliveries of that queue message but not a second send.
+    ``<queue>-poison`` must be a valid queue name (the queue's at most 56
+    characters) unless ``poison_queue`` is given.
 
     :meth:`run` receives until :meth:`stop`; :meth:`stop_on_signals` makes
     SIGTERM and Ctrl-C call it. The processor's publisher must be thread-safe.
@@ -87,7 +106,11 @@ class QueueConsumer:
         workers: int = 8,
         backoff: timedelta = timedelta(seconds=1),
         max_backoff: timedelta = timedelta(minutes=1),
+        pause: timedelta = timedelta(seconds=1),
+        max_pause: timedelta = timedelta(minutes=1),
         renew_locks: bool = True,
+        sent_at: SentAtSource | None = None,
+        on_outcome: Callable[[QueueOutcome], None] | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         for name, value, low, high in (
@@ -102,28 +125,41 @@ class QueueConsumer:
                 raise ValueError(f"{name} must be at most {high}, got {value!r}")
         if backoff < timedelta(0) or max_backoff < backoff:
             raise ValueError(f"need 0 <= backoff <= max_backoff, got {backoff} and {max_backoff}")
+        if sent_at not in (None, "produced", "inserted_on"):
+            raise ValueError(f"sent_at must be 'produced', 'inserted_on' or None, got {sent_at!r}")
+        too_long = poison_name_refusal(queue.queue_name) if poison_queue is None else None
+        if too_long is not None:
+            raise ValueError(too_long)
         self.processor = processor
         self.queue = queue
         self.poison_queue = poison_queue or poison_queue_of(queue)
-        self._poisons = PoisonQueue(self.poison_queue)
         self.visibility_timeout = visibility_timeout
         self.max_dequeue_count = max_dequeue_count
         self.page_size = page_size
         self.workers = workers
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.renew_locks = renew_locks
+        self.sent_at = sent_at
         self.clock = clock
-        self.stats = ConsumerStats()
-        self._counting = threading.Lock()
+        self._settle = Settler(queue, self.poison_queue, max_dequeue_count,
+                               (backoff, max_backoff), on_outcome)  # fmt: skip
+        self._storage = Breaker("storage", "pausing receives", pause, max_pause, _log,
+                                on_open=lambda: self._count(outages=1))  # fmt: skip
+        self._receiving = Breaker(f"queue {queue.queue_name!r}", "receiving paused", pause,
+                                  max_pause, _log)  # fmt: skip
         self._stop = threading.Event()
         self._renewal = LockRenewal(queue, visibility_timeout, lambda: self._count(renewed=1))
+
+    @property
+    def stats(self) -> ConsumerStats:
+        """What this consumer did since it was made (each :meth:`run` returns its own)."""
+        return self._settle.stats
 
     # --- running ----------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop receiving: the page in hand is finished (messages not yet
-        started are released at once), then :meth:`run` returns."""
+        started, or waiting for storage, are released at once), then
+        :meth:`run` returns."""
         self._stop.set()
 
     def stop_on_signals(self) -> contextlib.AbstractContextManager[None]:
@@ -135,31 +171,30 @@ class QueueConsumer:
     def run(self, *, until_empty: bool = False, idle_wait: float = 1.0) -> ConsumerStats:
         """Receive and handle pages until :meth:`stop`; with ``until_empty``,
         also return once a receive finds the queue empty. ``idle_wait``:
-        seconds between receives that find nothing."""
-        with (
-            self._renewal.running(self.renew_locks),
-            ThreadPoolExecutor(self.workers, "queue-key") as pool,
-        ):
+        seconds between receives that find nothing. Returns the figures of
+        this run (``stats`` adds up every run)."""
+        figures = self._settle.new_run()
+        with self._renewal.running(self.renew_locks), self._threads() as pool:
             while not self._stop.is_set():
+                started = self._receiving.stamp()
                 try:
                     got = self._page(pool)
-                except AzureError as exc:  # the service is away: what is in hand comes back
-                    _log.warning("receive failed, trying again: %s", exc)
+                except Exception as exc:  # the service is away: what is in hand comes back
+                    if not isinstance(exc, AzureError):
+                        _log.exception("a page failed")
                     self._count(receive_errors=1)
-                    self._stop.wait(idle_wait)
+                    self._stop.wait(self._receiving.failed(str(exc), started))
                     continue
+                self._receiving.succeeded()
                 if got == 0:
                     if until_empty:
                         break
                     self._stop.wait(idle_wait)
-        return self.stats
+        return figures
 
     def run_once(self) -> int:
         """Receive one page and handle it; how many queue messages it held."""
-        with (
-            self._renewal.running(self.renew_locks),
-            ThreadPoolExecutor(self.workers, "queue-key") as pool,
-        ):
+        with self._renewal.running(self.renew_locks), self._threads() as pool:
             return self._page(pool)
 
     # --- one page -------------------------------------------------------------------
@@ -196,155 +231,70 @@ class QueueConsumer:
     def _admit(self, held: Held, received: QueueMessage, text: str | None) -> Message | None:
         """The message to handle, or None when it was poisoned or deferred."""
         if text is None:
-            self._poison(held, "queue message content is not UTF-8 text")
+            self._settle.poison(held, None, "queue message content is not UTF-8 text")
             return None
         if held.count > self.max_dequeue_count:
-            self._poison(
-                held,
+            reason = (
                 f"received {held.count} times, more than max_dequeue_count="
-                f"{self.max_dequeue_count}, without being completed",
+                f"{self.max_dequeue_count}, without being completed"
             )
+            self._settle.poison(held, None, reason)
             return None
-        try:
-            message = read_queue_text(text, default_id=received.id)
-            self.processor.store.partition(message.key)  # a key the table cannot store
-        except ValueError as exc:
-            self._poison(held, str(exc))
+        admitted = admit_text(
+            text, default_id=received.id, accepts=self.processor.handler.accepts,
+            sent_at=None if self.sent_at is None else lambda m: self._sent_time(m, received),
+        )  # fmt: skip
+        if isinstance(admitted, Refused):
+            self._settle.poison(held, admitted.message, admitted.reason)
             return None
-        if message.due is not None:
-            wait = (message.due - self.clock()).total_seconds()
+        if admitted.due is not None:
+            wait = (admitted.due - self.clock()).total_seconds()
             if wait > 0:  # sent without its delay, or our clock is behind the sender's
-                self._release(held, min(_MAX_HIDDEN, math.ceil(wait)))
+                self._settle.release(held, min(_MAX_HIDDEN, math.ceil(wait)))
                 self._count(deferred=1)
+                self._settle.report("deferred", held, admitted, f"due {admitted.due.isoformat()}")
                 return None
-        return message
+        return admitted
+
+    def _sent_time(self, message: Message, received: QueueMessage) -> SentAt:
+        if self.sent_at == "produced":
+            return "field 'produced'", message.produced
+        return "the queue's insertion time", received.inserted_on
 
     def _key(self, key: str, items: list[tuple[Held, Message]]) -> None:
-        """A key's messages of this page: handled, then each completed,
-        abandoned or poisoned; those held back by a failing one, handled again."""
-        pending = items
-        while pending:
-            if self._stop.is_set():  # not started: release for another receiver
-                for held, _ in pending:
-                    self._release(held, 0)
-                return
-            try:
-                outcomes = self.processor.process_batch(key, [m for _, m in pending])
-            except Exception as exc:  # not an outcome: the processor itself failed
-                _log.exception("key %r: the processor failed", key)
-                for held, _ in pending:
-                    self._fault(held, f"{type(exc).__name__}: {exc}")
-                return
-            again: list[tuple[Held, Message]] = []
-            for (held, message), outcome in zip(pending, outcomes, strict=True):
-                if outcome.status in ("completed", "duplicate"):
-                    self._complete(held, outcome)
-                elif outcome.status == "faulted":
-                    self._fault(held, outcome.reason or "faulted")
-                elif str(outcome.reason).startswith(_HELD[1]):
-                    self._fault(held, str(outcome.reason))  # behind one in doubt: later
-                elif str(outcome.reason).startswith(_HELD[0]):
-                    again.append((held, message))
-                else:
-                    self._fail(held, outcome)
-            if len(again) == len(pending):  # cannot happen; never loop without progress
-                for held, _ in again:
-                    self._release(held, self._later(held))
-                return
-            pending = again
+        """A key's messages of this page, each completed, abandoned or poisoned
+        once settled (see ``_rounds``); released at once when stopping."""
+        settle = self._settle
+        done: set[int] = set()
 
-    # --- the lifecycle on the queue -------------------------------------------------
+        def kept(index: int, outcome: Any) -> None:
+            settle.fault(items[index][0], items[index][1], outcome)
 
-    def _complete(self, held: Held, outcome: Outcome) -> None:
-        def delete(receive: Receive) -> None:
-            with held.lock:
-                held.done = True
-                if held.lost is not None:
-                    receive.fault(held.lost)
-                    return
-                try:
-                    self.queue.delete_message(held.id, held.pop_receipt)
-                except HttpResponseError as exc:
-                    if not lost_lock(exc):
-                        raise
-                    receive.fault(f"lock lost before the delete: {exc.message}")
-
-        receive = Receive(held.id, on_complete=delete)
         try:
-            receive.complete()
-        except AzureError as exc:  # in doubt: it may come again, as a duplicate
-            receive.fault(f"delete failed: {exc}")
-        if receive.reason is not None:  # faulted
-            self._count(faulted=1, lost_locks=int(receive.reason.startswith("lock lost")))
-            _log.info("message %r: %s", held.id, receive.reason)
-        elif outcome.status == "duplicate":
-            self._count(duplicates=1)
-        else:
-            self._count(completed=1)
-
-    def _fail(self, held: Held, outcome: Outcome) -> None:
-        """A handler error: poison after ``max_dequeue_count`` receives, else abandon."""
-        reason = outcome.reason or "abandoned"
-        if held.count >= self.max_dequeue_count:
-            self._poison(
-                held, f"failed on receive {held.count} of {self.max_dequeue_count}: {reason}"
-            )
-            return
-        receive = Receive(
-            held.id,
-            on_abandon=lambda r: self._release(held, self._later(held)),
-        )
-        receive.abandon(reason)
-        self._count(abandoned=1)
-
-    def _fault(self, held: Held, reason: str) -> None:
-        """In doubt: the message comes again after a backoff, or when its lock runs out."""
-        Receive(held.id).fault(reason)
-        self._count(faulted=1)
-        self._release(held, self._later(held))
-
-    def _release(self, held: Held, seconds: int) -> None:
-        """Make the message visible in ``seconds`` (0: at once), if its lock still holds."""
-        with held.lock:
-            held.done = True
-            if held.lost is not None:
-                return
-            try:
-                self.queue.update_message(held.id, held.pop_receipt, visibility_timeout=seconds)
-            except AzureError as exc:
-                if not isinstance(exc, HttpResponseError) or not lost_lock(exc):
-                    # Its lock runs out instead: it comes back then.
-                    _log.warning("message %r: release failed: %s", held.id, exc)
-                    return
-                held.lost = "lock lost before the release"
-                self._count(lost_locks=1)
-
-    def _poison(self, held: Held, reason: str) -> None:
-        """Send the message to the poison queue with ``reason``, then delete it."""
-        entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
-        if not self._poisons.send(entry):  # kept: its lock runs out, it comes again
-            with held.lock:
-                held.done = True
-            return
-        self._count(poisoned=1)
-        with held.lock:
-            held.done = True
-            try:
-                self.queue.delete_message(held.id, held.pop_receipt)
-            except AzureError as exc:
-                # It comes again and is poisoned again: one more entry for the same text.
-                if isinstance(exc, HttpResponseError) and lost_lock(exc):
-                    self._count(lost_locks=1)
-                else:
-                    _log.warning("message %r: poisoned but not deleted: %s", held.id, exc)
-
-    def _later(self, held: Held) -> int:
-        return held.backoff(self.backoff, self.max_backoff)
+            for index, outcome in process_until_settled(
+                self.processor, key, [m for _, m in items], breaker=self._storage,
+                stopping=self._stop.is_set, pause=self._stop.wait, on_fault=kept,
+            ):  # fmt: skip
+                done.add(index)
+                held, message = items[index]
+                if outcome is None or outcome.kind in ("stopped", "held"):
+                    settle.release(held, 0, message, "stopping" if outcome is None else
+                                   outcome.reason)  # fmt: skip
+                elif outcome.kind in ("completed", "duplicate"):
+                    settle.complete(held, outcome)
+                elif outcome.kind == "refused":
+                    settle.poison(held, message, outcome.reason or "refused", outcome)
+                else:  # failed, or faulted by what is not an outage
+                    settle.fail(held, outcome)
+        except Exception as exc:  # not an outcome: a bug; the rest comes again
+            _log.exception("key %r: the processor failed", key)
+            for index, (held, message) in enumerate(items):
+                if index not in done:
+                    why = f"{type(exc).__name__}: {exc}"
+                    settle.release(held, settle.later(held), message, why)
 
     def _threads(self) -> ThreadPoolExecutor:
         return ThreadPoolExecutor(self.workers, "queue-key")
 
     def _count(self, **figures: int) -> None:
-        with self._counting:
-            for name, value in figures.items():
-                setattr(self.stats, name, getattr(self.stats, name) + value)
+        self._settle.count(**figures)

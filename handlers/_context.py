@@ -133,6 +133,9 @@ class HandlerContext:
             body=body,
             headers=headers or {},
             due=due,
+            # The first processing's time: the same on every copy (a context
+            # made by hand may hold a naive time, which says no zone).
+            produced=self._now if self._now.utcoffset() is not None else None,
         )
         self._outputs.append(output)
         return output

@@ -4,17 +4,24 @@ each processed one a version to write.
 Every message meets the cases below in order, and the first that applies
 decides it:
 
-1. an earlier message of the batch failed: abandoned, to be delivered again;
-2. the handler does not take its type: abandoned;
+1. an earlier message of the batch failed: abandoned (``stopped``), to be
+   delivered again;
+2. the handler does not take its type: ``refused``;
 3. a copy of a message earlier in this batch: a duplicate of it;
 4. known to be stored (the write found it) or sent before retention's
-   watermark: replayed as a duplicate, or refused;
-5. its id cannot be a row key: abandoned;
+   watermark: replayed as a duplicate, or ``refused`` when retention forgot it;
+5. its id cannot be a row key: ``refused``;
 6. the handler fails on the newest state (or that state cannot be read):
    if the message is stored after all, replayed as a duplicate; otherwise
-   abandoned, and the key stops;
-7. its version cannot be stored (over the table's limits): abandoned;
-8. otherwise processed: a new version, and its outputs.
+   abandoned (``failed``), and the key stops;
+7. it publishes an output id that an earlier message of the batch published
+   with other content (or two outputs of one id and different content):
+   ``refused``, and the earlier one stands;
+8. its version cannot be stored (over the table's limits): abandoned (``failed``);
+9. otherwise processed: a new version, and its outputs.
+
+What a message *is* is judged by the admission's rules (``_admission``), so
+a consumer, the Spark job and a direct caller refuse it with one reason.
 """
 
 from __future__ import annotations
@@ -23,15 +30,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from streamstone_py import (
-    ConcurrencyConflictError,
-    DuplicateEventError,
-    EventData,
-    IncludedOperationConflictError,
-    Stream,
-    split_binary,
-)
+from streamstone_py import EventData, Stream, split_binary
 
+from ._admission import id_refusal, type_refusal
 from ._codec import digest, pack
 from ._compression import pack_stored
 from ._context import HandlerContext
@@ -42,13 +43,13 @@ from ._errors import (
     UnreadableStateError,
 )
 from ._message import Message
-from ._outcome import Found, LateDuplicates, Plan, Step
+from ._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
 from ._reading import header_state
 from ._replay import Replayer
 from ._store import ID_SCHEME, RETAIN_CUT, STATE, WATERMARK
 from ._strategy import Strategy
 
-__all__ = ["Folder", "confirmed_by_write", "keep_committed"]
+__all__ = ["Folder"]
 
 
 class Folder:
@@ -145,19 +146,15 @@ class Folder:
         event = EventData(
             id=message.id,
             properties=properties,
-            includes=self.strategy.includes(message.id, encoded_outputs),
+            includes=self.strategy.includes(message.id, encoded_outputs, context.now()),
             stream_properties={**header, **split_binary(STATE, stored)},
         )
         Stream.check_write(stream, event)
         return event
 
     def _check_outputs(self, outputs: Sequence[Message]) -> None:
-        seen: dict[str, Message] = {}
-        for output in outputs:
-            earlier = seen.setdefault(output.id, output)
-            if earlier is not output and earlier.encode() != output.encode():
-                raise ValueError(f"two outputs have the id {output.id!r} and different content")
-            if self.check_output is not None:
+        if self.check_output is not None:
+            for output in outputs:
                 self.check_output(output)
 
 
@@ -186,6 +183,8 @@ class _Fold:
         self.events: list[EventData] = []
         self.seen: dict[str, Step] = {}
         self.stopped: str | None = None
+        #: Each output id published by a message of the batch, with that message's id.
+        self.published: dict[str, tuple[Message, str]] = {}
 
     def run(self, messages: Sequence[Message]) -> Plan:
         for message in messages:
@@ -194,22 +193,20 @@ class _Fold:
 
     def _step(self, message: Message) -> None:
         if self.stopped is not None:
-            return self._abandon(message, HandlerError(self.stopped), stops_key=True)
-        handler = self.folder.handler
-        if not handler.accepts(message.type):
-            reason = f"handler {handler.name!r} does not handle type {message.type!r}"
-            return self._abandon(message, HandlerError(reason))
+            return self._abandon(message, HandlerError(self.stopped), stops_key=True,
+                                 kind="stopped")  # fmt: skip
+        refused = type_refusal(message.type, self.folder.handler.accepts)
+        if refused is not None:
+            return self._abandon(message, HandlerError(refused), kind="refused")
         earlier = self.seen.get(message.id)
         if earlier is not None:
             outputs = self.folder.strategy.repeated(earlier)
             return self._add(Step(message, "duplicate", earlier.version, outputs))
         if self._known(message):
             return None
-        try:
-            EventData(id=message.id)  # the id must be storable as a row key
-        except ValueError as exc:
-            reason = f"message id {message.id!r} cannot be stored: {exc}"
-            return self._abandon(message, HandlerError(reason))
+        refused = id_refusal(message.id)  # the id must be storable as a row key
+        if refused is not None:
+            return self._abandon(message, HandlerError(refused), kind="refused")
         self._handle(message)
         return None
 
@@ -222,7 +219,7 @@ class _Fold:
             # still handled as one; only a forgotten id is refused.
             found = self.folder.stored_original(self.key, message)
             if found is None:
-                self._abandon(message, late)
+                self._abandon(message, late, kind="refused")
                 return True
             self.stored[message.id] = found
         if found is None:
@@ -247,6 +244,10 @@ class _Fold:
             self.stored[message.id] = found
             self._take(message, found, stop_if_nondeterministic=False)
             return
+        clash = self._clash(message, context.outputs)
+        if clash is not None:
+            self._abandon(message, HandlerError(clash), kind="refused")
+            return
         try:
             event = folder.event(self.stream, message, context, after, self.header)
         except (ValueError, TypeError) as exc:
@@ -261,10 +262,29 @@ class _Fold:
         dispatch = folder.strategy.dispatches()
         self._add(Step(message, "completed", self.version, context.outputs, dispatch=dispatch))
 
+    def _clash(self, message: Message, outputs: Sequence[Message]) -> str | None:
+        """Why these outputs cannot go out beside the batch's earlier ones: an
+        id published with other content (publishing would refuse the batch)."""
+        mine: dict[str, Message] = {}
+        for output in outputs:
+            earlier = mine.setdefault(output.id, output)
+            if earlier is not output and earlier.encode() != output.encode():
+                return f"two outputs have the id {output.id!r} and different content"
+            found = self.published.get(output.id)
+            if found is not None and found[0].encode() != output.encode():
+                return (
+                    f"output id {output.id!r} of message {message.id!r} was published by message "
+                    f"{found[1]!r} of this batch with other content"
+                )
+        return None
+
     def _take(self, message: Message, found: Found, *, stop_if_nondeterministic: bool) -> None:
         """A stored message's replay as its step (or its error, as abandoned)."""
         if isinstance(found, Step):
             self._add(found)
+            return
+        if isinstance(found, DuplicateOutsideWindowError):  # retention forgot it: for good
+            self._abandon(message, found, kind="refused")
             return
         stops = stop_if_nondeterministic and isinstance(found, NonDeterministicHandlerError)
         self.steps.append(Step(message, "abandoned", error=found, stops_key=stops))
@@ -274,41 +294,15 @@ class _Fold:
     def _add(self, step: Step) -> None:
         self.steps.append(step)
         self.seen[step.message.id] = step
+        for output in step.outputs:
+            self.published.setdefault(output.id, (output, step.message.id))
 
-    def _abandon(self, message: Message, error: BaseException, *, stops_key: bool = False) -> None:
-        self.steps.append(Step(message, "abandoned", error=error, stops_key=stops_key))
-
-
-def confirmed_by_write(plan: Plan) -> bool:
-    """Whether the plan's write, if it succeeds, proves every outcome right.
-
-    A conditional write succeeds only on the header the plan folded over, so
-    completed messages (and their copies inside the batch) are right.
-    Anything else was decided without a write, on a header that may be
-    stale: an abandoned message, a duplicate of a stored one.
-    """
-    if not plan.events:
-        return False
-    done = {s.message.id for s in plan.steps if s.status == "completed"}
-    return all(
-        s.status == "completed" or (s.status == "duplicate" and s.message.id in done)
-        for s in plan.steps
-    )
-
-
-def keep_committed(
-    error: DuplicateEventError | ConcurrencyConflictError | IncludedOperationConflictError,
-    plan: Plan,
-    stored: dict[str, Found],
-) -> None:
-    """Earlier transactions of a split write committed: those messages are done.
-
-    Their header holds the state after them, so the next fold starts there
-    and reports them as completed by this call, with their outputs.
-    """
-    if error.committed is None:
-        return
-    ids = {e.id for e in error.committed.events}
-    for step in plan.steps:
-        if step.status == "completed" and step.message.id in ids:
-            stored[step.message.id] = step
+    def _abandon(
+        self,
+        message: Message,
+        error: BaseException,
+        *,
+        stops_key: bool = False,
+        kind: OutcomeKind = "failed",
+    ) -> None:
+        self.steps.append(Step(message, "abandoned", error=error, stops_key=stops_key, kind=kind))

@@ -25,7 +25,7 @@ _log = logging.getLogger(__name__)
 class Held:
     """A queue message in hand: its newest pop receipt, and whether its lock holds."""
 
-    __slots__ = ("count", "done", "id", "lock", "lost", "pop_receipt", "renew_at", "text")
+    __slots__ = ("count", "done", "id", "kept", "lock", "lost", "pop_receipt", "renew_at", "text")
 
     def __init__(self, received: QueueMessage, text: str, renew_at: float) -> None:
         self.id: str = received.id
@@ -36,6 +36,9 @@ class Held:
         self.lock = threading.Lock()  # a renewal and the final delete never cross
         self.done = False
         self.lost: str | None = None
+        #: Kept in hand while storage is away: its lock is renewed even by a
+        #: consumer that renews none for slow work, so the outage costs no receive.
+        self.kept = False
 
     def backoff(self, first: timedelta, most: timedelta) -> int:
         """Seconds to hide it after a failure: ``first``, doubled per receive, to ``most``."""
@@ -61,7 +64,8 @@ def text_of(content: Any) -> str | None:
 
 
 class LockRenewal:
-    """Extends the lock of each message in hand once half of it has run out."""
+    """Extends the lock of each message in hand once half of it has run out
+    (with ``all_locks`` false, only of those kept while storage is away)."""
 
     def __init__(
         self, queue: QueueClient, visibility_timeout: int, on_renewed: Callable[[], None]
@@ -69,6 +73,7 @@ class LockRenewal:
         self.queue = queue
         self.visibility_timeout = visibility_timeout
         self.on_renewed = on_renewed
+        self.all_locks = True
         self._in_hand: dict[str, Held] = {}
         self._lock = threading.Lock()
 
@@ -81,11 +86,10 @@ class LockRenewal:
             self._in_hand.pop(message_id, None)
 
     @contextlib.contextmanager
-    def running(self, enabled: bool = True) -> Iterator[None]:
-        """Renewing while inside (if ``enabled``)."""
-        if not enabled:
-            yield
-            return
+    def running(self, all_locks: bool = True) -> Iterator[None]:
+        """Renewing while inside: every lock, or with ``all_locks`` false only
+        those of messages kept while storage is away."""
+        self.all_locks = all_locks
         done = threading.Event()
         renewer = threading.Thread(target=self._loop, args=(done,), daemon=True)
         renewer.start()
@@ -100,7 +104,11 @@ class LockRenewal:
         while not done.wait(tick):
             now = time.monotonic()
             with self._lock:
-                due = [h for h in self._in_hand.values() if h.renew_at <= now]
+                due = [
+                    h
+                    for h in self._in_hand.values()
+                    if h.renew_at <= now and (self.all_locks or h.kept)
+                ]
             for held in due:
                 self._renew(held)
 

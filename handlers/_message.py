@@ -10,7 +10,7 @@ from typing import Any
 
 import msgpack
 
-from ._codec import pack, unpack
+from ._codec import pack, unpack, utf8
 
 __all__ = ["Message"]
 
@@ -22,8 +22,15 @@ class Message:
     """An immutable message: ``id`` (unique per message, the same for every
     copy of it), ``key`` (whose state it changes), ``type``, ``body`` (msgpack
     data: None, bool, int, float, str, bytes, lists, str-keyed mappings) and
-    ``headers`` (str to str). ``due``: for a scheduled message, the instant
-    before which it must not be delivered (UTC); None for the others."""
+    ``headers`` (str to str), texts all UTF-8. ``due``: for a scheduled
+    message, the instant before which it must not be delivered (UTC); None
+    for the others.
+
+    ``produced``: when the message was first produced (an output: when its
+    source was first processed, the same on every copy; UTC), or None. It
+    travels in a queue envelope, so a consumer can tell how old a copy is; it
+    is not part of the message's identity: equality and :meth:`encode` leave
+    it out, so outputs stored before it existed compare as they did."""
 
     id: str
     key: str
@@ -31,26 +38,29 @@ class Message:
     body: Any = None
     headers: Mapping[str, str] = field(default_factory=dict)
     due: datetime | None = None
+    produced: datetime | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("id", "key", "type"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValueError(f"message {name} must be a non-empty str, got {value!r}")
+            utf8(value, f"message {name} {value!r}")
         if not isinstance(self.headers, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):
             raise TypeError(f"message headers must map str to str, got {self.headers!r}")
+        for name, value in self.headers.items():
+            utf8(name, f"message header name {name!r}")
+            utf8(value, f"message header {name!r}")
         pack(self.body, f"body of message {self.id!r}")  # refuse what cannot be encoded
         object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
-        if self.due is not None:
-            if not isinstance(self.due, datetime) or self.due.utcoffset() is None:
-                raise ValueError(
-                    f"message due must be a datetime with a time zone, got {self.due!r}"
-                )
-            object.__setattr__(self, "due", self.due.astimezone(UTC))
+        for name in ("due", "produced"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _in_utc(name, value))
 
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # ``produced`` is left out, as from equality
         return hash((self.id, self.key, self.type))
 
     def encode(self) -> bytes:
@@ -72,3 +82,16 @@ class Message:
         due = datetime.fromisoformat(fields[6]) if len(fields) == 7 else None
         _, id, key, type, body, headers = fields[:6]
         return cls(id, key, type, body, headers, due)
+
+
+def _in_utc(name: str, value: Any) -> datetime:
+    """A time of a message in UTC; ``ValueError`` for one without a zone, or
+    one whose zone puts it outside the calendar (``9999-12-31T23:00-05:00``)."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValueError(f"message {name} must be a datetime with a time zone, got {value!r}")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"{name} {value.isoformat()!r} is out of the range of times in UTC"
+        ) from None

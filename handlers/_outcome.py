@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Generic, Literal, TypeVar
+from typing import Final, Generic, Literal, TypeVar, cast
 
 from streamstone_py import EventData
 
@@ -16,7 +16,6 @@ from ._message import Message
 from ._store import StoredVersion
 
 __all__ = [
-    "ConsumerStats",
     "Dispatch",
     "Found",
     "KeyState",
@@ -24,6 +23,7 @@ __all__ = [
     "LateDuplicates",
     "LoadedState",
     "Outcome",
+    "OutcomeKind",
     "Plan",
     "ProcessorStats",
     "Status",
@@ -40,6 +40,23 @@ StrategyName = Literal["state", "outbox"]
 LateDuplicates = Literal["refuse", "process"]
 Dispatch = Literal["after_publish", "by_caller"]
 Status = Literal["completed", "duplicate", "abandoned", "faulted"]
+#: Why a message ended as it did, as data (a status says only what became of it):
+#:
+#: - ``completed``, ``duplicate``: as the status;
+#: - ``refused``: it can never be handled, for what it is (an unknown type, an
+#:   id the table cannot store, a late duplicate retention forgot, an output
+#:   id another message of the batch published with other content): shelve it
+#:   at once, alone;
+#: - ``failed``: the handler failed on it, or made what cannot be stored or
+#:   sent; a later delivery (or a fixed handler) may do better;
+#: - ``stopped``: not tried, because an earlier message of its key failed;
+#: - ``held``: not tried, because an earlier message of its key is in doubt;
+#: - ``faulted``: storage or publishing failed: in doubt.
+OutcomeKind = Literal["completed", "duplicate", "refused", "failed", "stopped", "held", "faulted"]
+_KIND_OF: Final[dict[str, OutcomeKind]] = {
+    "completed": "completed", "duplicate": "duplicate", "abandoned": "failed",
+    "faulted": "faulted",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +106,13 @@ class Outcome:
     #: doubt), or abandoned by a failing handler (or after one). A caller that
     #: hands a key's messages over in several batches stops the key there too.
     stops_key: bool = False
+    #: Why, as data (see :data:`OutcomeKind`); when not given, the status's
+    #: own (``abandoned``: ``failed``).
+    kind: OutcomeKind = None  # type: ignore[assignment]  # set from status below
+
+    def __post_init__(self) -> None:
+        if cast("OutcomeKind | None", self.kind) is None:
+            object.__setattr__(self, "kind", _KIND_OF[self.status])
 
     @property
     def message_id(self) -> str:
@@ -121,32 +145,6 @@ class ProcessorStats:
 
 
 @dataclass(slots=True)
-class ConsumerStats:
-    """What a consumer did to the queue messages it received."""
-
-    received: int = 0
-    #: Processed, then deleted.
-    completed: int = 0
-    #: Recognised as a duplicate (outputs published again), then deleted.
-    duplicates: int = 0
-    #: A handler failed: visible again after a backoff.
-    abandoned: int = 0
-    #: In doubt (lock lost, or storage failed): the message will come again.
-    faulted: int = 0
-    #: The faults that were a lost lock: a delete, renewal or release refused
-    #: because the pop receipt no longer held.
-    lost_locks: int = 0
-    #: Moved to the poison queue.
-    poisoned: int = 0
-    #: Locks extended for work that outlasted half the timeout.
-    renewed: int = 0
-    #: Scheduled messages received before they were due, hidden again until then.
-    deferred: int = 0
-    #: Pages :meth:`QueueConsumer.run` lost to a storage error (it carried on).
-    receive_errors: int = 0
-
-
-@dataclass(slots=True)
 class Step:
     """One message of a batch as the fold decided it, before it is an outcome."""
 
@@ -157,6 +155,7 @@ class Step:
     error: BaseException | None = None
     dispatch: bool = False  # outbox: outputs to mark dispatched after publishing
     stops_key: bool = False  # abandoned by a failing handler, or after one
+    kind: OutcomeKind | None = None  # an abandoned step's (None: ``failed``)
 
 
 @dataclass(slots=True)
@@ -175,16 +174,19 @@ def held(message: Message, stopped: Outcome) -> Step:
     """A message after ``stopped`` (a failure that stops its key) in a later
     chunk: abandoned, with the reason a message after it in one chunk gets."""
     key = stopped.message.key
-    if stopped.status == "faulted":
+    if stopped.kind in ("faulted", "held"):
         reason = (
             f"not processed: an earlier message {stopped.message_id!r} of key {key!r} "
             "is faulted (in doubt)"
+            if stopped.kind == "faulted"
+            else str(stopped.reason)
         )
-    elif str(stopped.reason).startswith("an earlier message of key"):
+        return Step(message, "abandoned", error=HandlerError(reason), stops_key=True, kind="held")
+    if stopped.kind == "stopped":
         reason = str(stopped.reason)
     else:
         reason = f"an earlier message of key {key!r} failed: {stopped.reason}"
-    return Step(message, "abandoned", error=HandlerError(reason), stops_key=True)
+    return Step(message, "abandoned", error=HandlerError(reason), stops_key=True, kind="stopped")
 
 
 def utcnow() -> datetime:
@@ -213,8 +215,9 @@ def outcome_of(step: Step, fault: BaseException | None) -> Outcome:
     elif step.status == "abandoned":
         receive.abandon(str(step.error))
         outcome = Outcome(
-            step.message, "abandoned", None, (), receive.reason, step.error, step.stops_key
-        )
+            step.message, "abandoned", None, (), receive.reason, step.error, step.stops_key,
+            step.kind or "failed",
+        )  # fmt: skip
     else:
         receive.complete()
         outcome = Outcome(step.message, step.status, step.version, step.outputs)

@@ -14,7 +14,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from azure.core.exceptions import AzureError, ResourceExistsError
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 __all__ = ["PoisonEntry", "PoisonQueue", "poison_queue_of"]
@@ -69,7 +69,8 @@ def poison_queue_of(queue: QueueClient) -> QueueClient:
 
 
 class PoisonQueue:
-    """Sends :class:`PoisonEntry` texts, making the queue when first used."""
+    """Sends :class:`PoisonEntry` texts, making the queue when first used, and
+    again when a send finds it deleted."""
 
     def __init__(self, queue: QueueClient) -> None:
         self.queue = queue
@@ -81,14 +82,18 @@ class PoisonQueue:
         try:
             with self._lock:
                 if not self._made:
-                    with contextlib.suppress(ResourceExistsError):
-                        self.queue.create_queue()
-                    self._made = True
-            self.queue.send_message(entry.encode())
+                    self._make()
+            try:
+                self.queue.send_message(entry.encode())
+            except ResourceNotFoundError:  # deleted since it was made
+                self._make()
+                self.queue.send_message(entry.encode())
         except AzureError as exc:
             _log.warning("message %r not poisoned: %s", entry.queue_message_id, exc)
             return False
-        _log.warning(
-            "message %r to %s: %s", entry.queue_message_id, self.queue.queue_name, entry.reason
-        )
         return True
+
+    def _make(self) -> None:
+        with contextlib.suppress(ResourceExistsError):
+            self.queue.create_queue()
+        self._made = True

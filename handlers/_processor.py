@@ -28,7 +28,6 @@ strategies do differently, ``_retention`` removes old versions.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -36,24 +35,15 @@ from typing import TypeVar
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 
-from streamstone_py import (
-    ConcurrencyConflictError,
-    DuplicateEventError,
-    IncludedOperationConflictError,
-    Partition,
-    RetryPolicy,
-    StreamstoneError,
-)
+from streamstone_py import Partition, RetryPolicy, StreamstoneError
 
-from ._cache import BatchHeader, HeaderCache
+from ._cache import HeaderCache
 from ._compression import Compression
 from ._errors import NonDeterministicHandlerError
-from ._fold import Folder, confirmed_by_write, keep_committed
 from ._handler import Handler
 from ._message import Message
 from ._outcome import (
     Dispatch,
-    Found,
     LateDuplicates,
     LoadedState,
     Outcome,
@@ -72,6 +62,7 @@ from ._replay import Replayer
 from ._retention import retain
 from ._store import StateStore
 from ._strategy import strategy_of
+from ._writing import store_batch
 
 __all__ = ["Processor"]
 
@@ -228,7 +219,7 @@ class Processor(KeyReader[S]):
 
     def _chunk(self, key: str, partition: Partition, messages: Sequence[Message]) -> list[Outcome]:
         try:
-            plan = self._store(key, partition, messages)
+            plan = store_batch(self, key, partition, messages)
         except (AzureError, StreamstoneError) as exc:
             if self.cache is not None:
                 self.cache.drop(partition)  # in doubt: the next batch reads first
@@ -247,53 +238,6 @@ class Processor(KeyReader[S]):
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, plan, exc)
         return self._finish(messages, plan, None)
-
-    def _store(self, key: str, partition: Partition, messages: Sequence[Message]) -> Plan:
-        """Fold the batch over the stored header and write it, until a write
-        holds (or nothing needs writing): the plan that was stored."""
-        folder = Folder(
-            self._strategy, self._now, self.late_duplicates, getattr(self.publisher, "check", None)
-        )
-        stored: dict[str, Found] = {}
-        header = BatchHeader(self.store, self.cache, partition)
-        conflicts = 0
-        while True:
-            stream = header.stream()
-            plan = folder.fold(key, messages, stream, stored)
-            if header.guessing and not confirmed_by_write(plan):
-                header.read_instead()  # decide these outcomes on the stored header
-                continue
-            if not plan.events:
-                return plan
-            try:
-                written = self.store.write(stream, plan.events)
-                header.written(stream, written.stream)
-                return plan
-            except ConcurrencyConflictError as exc:
-                keep_committed(exc, plan, stored)
-                if header.refused(exc.current):
-                    continue  # the guess was stale: not a rival's conflict
-                conflicts += 1
-                with self._counting:
-                    self.stats.conflicts_retried += 1
-                if conflicts >= self.max_attempts:
-                    raise
-                time.sleep(self.retry.delay(conflicts))
-                header.read_instead()  # after the pause, read afresh
-            except DuplicateEventError as exc:
-                # Stored before (an earlier delivery or a rival): resolve it and
-                # the batch's other stored messages as duplicates.
-                keep_committed(exc, plan, stored)
-                unresolved = list({m.id: m for m in messages if m.id not in stored}.values())
-                stored.update(self._strategy.replay_window(key, unresolved, exc.id))
-                header.read_instead()
-            except IncludedOperationConflictError as exc:
-                keep_committed(exc, plan, stored)
-                found = self._strategy.owner(messages, exc)
-                if found is None:
-                    raise
-                stored[found.id] = folder.replay_or_error(key, found)
-                header.read_instead()
 
     def mark_dispatched(self, key: str, message_ids: Sequence[str]) -> None:
         """Mark these messages' outbox outputs delivered (``dispatch="by_caller"``).

@@ -1,22 +1,15 @@
-"""Output messages on Azure Storage Queues: the envelope a queue message
-carries, and the publisher that sends outputs to the queues their route names.
+"""Output messages on Azure Storage Queues: the publisher that sends outputs
+to the queues their route names, each as its envelope (``_envelope``).
 
-A queue message's text is base64 of a UTF-8 JSON envelope (the convention of
-Azure Functions' queue trigger)::
-
-    {"id": "...", "key": "...", "type": "...", "body": ..., "headers": {...}}
-
-The output's id travels in it: a queue delivers at least once, and a
-publisher sends an output again whenever its source message is redelivered,
-so consumers de-duplicate by ``id`` (a ``Processor`` does by itself). Bytes
-in a body travel as ``{"$base64": "..."}``.
+The output's id travels in the envelope: a queue delivers at least once, and
+a publisher sends an output again whenever its source message is
+redelivered, so consumers de-duplicate by ``id`` (a ``Processor`` does by
+itself).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import math
 import re
 import threading
@@ -24,19 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from azure.core.exceptions import ResourceExistsError
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
+from ._envelope import encode_envelope
 from ._message import Message
 from ._publish import unique_outputs
 
-__all__ = [
-    "MAX_QUEUE_MESSAGE_BYTES",
-    "QueuePublisher",
-    "decode_envelope",
-    "encode_envelope",
-    "read_queue_text",
-]
+__all__ = ["MAX_QUEUE_MESSAGE_BYTES", "POISON_SUFFIX", "QueuePublisher", "poison_name_refusal"]
 
 #: Azure Storage Queues' limit of one message's text, as sent (base64 here).
 MAX_QUEUE_MESSAGE_BYTES: Final = 64 * 1024
@@ -45,91 +33,25 @@ _MAX_DELAY: Final = 7 * 24 * 3600
 #: Azure's rule for queue names: 3 to 63 lowercase letters, digits and single
 #: hyphens, starting and ending with a letter or digit.
 _QUEUE_NAME: Final = re.compile(r"(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*")
+#: The longest queue name, and what names a queue's poison queue (Azure Functions').
+_LONGEST: Final = 63
+POISON_SUFFIX: Final = "-poison"
 
 Route = Mapping[str, str] | Callable[[Message], str]
 
 
-def _to_json(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"$base64": base64.b64encode(value).decode("ascii")}
-    raise TypeError(f"cannot send {type(value).__name__} as JSON")
-
-
-def _from_json(value: dict[str, Any]) -> Any:
-    if set(value) == {"$base64"} and isinstance(value["$base64"], str):
-        return base64.b64decode(value["$base64"], validate=True)
-    return value
-
-
-def encode_envelope(message: Message) -> str:
-    """The JSON text a queue message carries for ``message`` (before base64);
-    ``ValueError`` for a body JSON cannot hold (NaN, infinities)."""
-    envelope = {
-        "id": message.id,
-        "key": message.key,
-        "type": message.type,
-        "body": message.body,
-        "headers": dict(message.headers),
-    }
-    if message.due is not None:
-        envelope["due"] = message.due.isoformat()
-    try:
-        return json.dumps(
-            envelope, default=_to_json, allow_nan=False, ensure_ascii=False,
-            separators=(",", ":"), sort_keys=True,
-        )  # fmt: skip
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"output {message.id!r} cannot travel as JSON: {exc}") from None
-
-
-def decode_envelope(text: str, *, default_id: str | None = None) -> Message:
-    """The message of an envelope's JSON text; ``ValueError`` naming what is wrong.
-
-    ``default_id`` stands for an envelope without ``id`` (a queue consumer
-    passes the queue message's own id: it then tells redeliveries of one queue
-    message apart from new ones, but not a producer's second send)."""
-    try:
-        envelope = json.loads(text, object_hook=_from_json)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"not a message envelope: {exc}") from None
-    if not isinstance(envelope, dict):
-        raise ValueError(f"not a message envelope: a JSON {type(envelope).__name__}, not an object")
-    if "id" not in envelope and default_id is not None:
-        envelope["id"] = default_id
-    missing = [name for name in ("id", "key", "type") if name not in envelope]
-    if missing:
-        raise ValueError(f"not a message envelope: it has no {' and no '.join(missing)}")
-    headers = envelope.get("headers") or {}
-    try:
-        due = envelope.get("due")
-        if due is not None:
-            if not isinstance(due, str):
-                raise ValueError(f"due must be ISO-8601 text, got {due!r}")
-            due = datetime.fromisoformat(due)
-        return Message(
-            envelope["id"], envelope["key"], envelope["type"], envelope.get("body"), headers, due
-        )
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"not a message envelope: {exc}") from None
-
-
-def read_queue_text(text: str, *, default_id: str | None = None) -> Message:
-    """The message a queue message's text carries: base64 of a JSON envelope
-    (what :class:`QueuePublisher` and Azure Functions send), or the envelope
-    as plain text. ``ValueError`` says why neither reads."""
-    try:
-        raw = base64.b64decode(text, validate=True)
-        decoded: str | None = raw.decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        decoded = None  # not base64 of UTF-8 text: plain text, then
-    if decoded is not None and decoded.lstrip()[:1] == "{":
-        return decode_envelope(decoded, default_id=default_id)
-    if text.lstrip()[:1] != "{":
-        raise ValueError(
-            f"queue message text is neither base64 of a JSON envelope nor a JSON envelope: "
-            f"{text[:60]!r}"
-        )
-    return decode_envelope(text, default_id=default_id)
+def poison_name_refusal(queue: str, option: str | None = "poison_queue=") -> str | None:
+    """Why ``<queue>-poison`` cannot name a queue (``queue`` is too long), or
+    None; ``option``: what names another poison queue, if anything does."""
+    poison = f"{queue}{POISON_SUFFIX}"
+    if len(poison) <= _LONGEST:
+        return None
+    most = _LONGEST - len(POISON_SUFFIX)
+    return (
+        f"queue {queue!r} has {len(queue)} characters: its poison queue {poison!r} would have "
+        f"{len(poison)}, over the {_LONGEST} a queue name may have; name the queue in at most "
+        f"{most} characters" + (f", or give {option}" if option else "")
+    )
 
 
 class QueuePublisher:
@@ -137,7 +59,8 @@ class QueuePublisher:
     names: ``route`` maps output types to queue names, or is a function of
     the output; ``default`` takes the types the mapping does not name.
 
-    Queues are created when first used. Publishing again sends again (a queue
+    Queues are created when first used, and again when a send finds one
+    deleted. Publishing again sends again (a queue
     has no idempotent send), so consumers de-duplicate by the id in the
     envelope. :meth:`check` refuses, before the state is stored, an output
     that has no valid queue or is over 64 KiB as sent.
@@ -199,13 +122,20 @@ class QueuePublisher:
         sendable = [(m, *self._sendable(m)) for m in outputs]
         for message, queue, text in sendable:
             if message.due is None:
-                self._queue(queue).send_message(text)
+                self._send(queue, text)
                 continue
             # Hidden until due; then it lives as long as any other message would.
             delay = min(_MAX_DELAY, max(0, math.ceil((message.due - self.clock()).total_seconds())))
-            self._queue(queue).send_message(
-                text, visibility_timeout=delay, time_to_live=delay + _MAX_DELAY
-            )
+            self._send(queue, text, visibility_timeout=delay, time_to_live=delay + _MAX_DELAY)
+
+    def _send(self, name: str, text: str, **options: Any) -> None:
+        queue = self._queue(name)
+        try:
+            queue.send_message(text, **options)
+        except ResourceNotFoundError:  # deleted since it was made: made again
+            with contextlib.suppress(ResourceExistsError):
+                queue.create_queue()
+            queue.send_message(text, **options)
 
     def _queue(self, name: str) -> QueueClient:
         with self._lock:

@@ -105,6 +105,8 @@ class OutboxRecord:
 
     outputs: bytes | None
     dispatched: bool
+    #: When the outputs were first produced (None: a row written before it was kept).
+    produced: datetime | None = None
 
 
 class StateStore:
@@ -156,7 +158,12 @@ class StateStore:
             return None
         found = row.properties
         outputs = unpack_stored(join_binary("Outputs", found)) if "Outputs_Parts" in found else None
-        return OutboxRecord(outputs, bool(found.get("Dispatched")))
+        produced = found.get("Produced")
+        return OutboxRecord(
+            outputs,
+            bool(found.get("Dispatched")),
+            produced if isinstance(produced, datetime) else None,
+        )
 
     def outbox_include(self, message_id: str, outputs: dict[str, Any]) -> Include:
         return Include.insert(

@@ -13,8 +13,10 @@ is shared by the processor.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from streamstone_py import Include, IncludedOperationConflictError, Partition, split_binary
@@ -61,7 +63,9 @@ class Strategy(ABC):
         """Whether a completed message's outputs are marked dispatched once published."""
 
     @abstractmethod
-    def includes(self, message_id: str, encoded_outputs: bytes) -> list[Include]:
+    def includes(
+        self, message_id: str, encoded_outputs: bytes, produced: datetime
+    ) -> list[Include]:
         """Rows written in the same transaction as the message's version."""
 
     @abstractmethod
@@ -108,7 +112,9 @@ class StateBased(Strategy):
     def dispatches(self) -> bool:
         return False
 
-    def includes(self, message_id: str, encoded_outputs: bytes) -> list[Include]:
+    def includes(
+        self, message_id: str, encoded_outputs: bytes, produced: datetime
+    ) -> list[Include]:
         return []
 
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
@@ -141,7 +147,10 @@ class Outbox(Strategy):
             raise self.replayer.outside(message.id, OUTBOX_ROW_REMOVED)
         if record.outputs is None or (record.dispatched and self.dispatch == "after_publish"):
             return Step(message, "duplicate")
-        outputs = tuple(Message.decode(o) for o in unpack(record.outputs))
+        outputs = tuple(
+            dataclasses.replace(Message.decode(o), produced=record.produced)
+            for o in unpack(record.outputs)
+        )
         return Step(message, "duplicate", outputs=outputs, dispatch=True)
 
     def replay_window(
@@ -164,10 +173,13 @@ class Outbox(Strategy):
     def dispatches(self) -> bool:
         return True
 
-    def includes(self, message_id: str, encoded_outputs: bytes) -> list[Include]:
+    def includes(
+        self, message_id: str, encoded_outputs: bytes, produced: datetime
+    ) -> list[Include]:
         stored = pack_stored(encoded_outputs, self.store.compression)
         outputs: dict[str, Any] = split_binary("Outputs", stored)
-        return [self.store.outbox_include(message_id, outputs)]
+        # When the outputs were first produced: they carry it again when re-sent.
+        return [self.store.outbox_include(message_id, {**outputs, "Produced": produced})]
 
     def mark_dispatched(self, partition: Partition, message_ids: Sequence[str]) -> None:
         self.store.mark_dispatched(

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["STREAMSTONE_ACCOUNT_URL"] = args.account_url
     try:
         if args.queue is None:
-            check_input(args.input, args.input_format)
+            check_input(args.input, args.input_format, args.checkpoint if args.stream else None)
         check_writable_dir("--output", args.output)
         check_writable_dir("--checkpoint", args.checkpoint)
         check_table(args.table, create=not args.no_create_table)
@@ -179,14 +179,14 @@ def _jvm_ended() -> None:
 def _queue_options(parser: Parser, args: argparse.Namespace) -> None:
     """``--input queue:NAME``, ``--output-queue`` and ``--trigger``, checked and
     parsed onto ``args`` (``queue``, ``route``, ``every``, ``queues_used``)."""
-    from ._queue_config import check_queue_name
+    from ._queue_config import check_input_queue
     from ._queues import OutputRoute
     from ._settings import parse_duration
 
     args.queue, args.route, args.every, args.queues_used = None, None, None, []
     if args.input.startswith("queue:"):
         try:
-            args.queue = check_queue_name(args.input[6:], f"--input {args.input!r}: the queue")
+            args.queue = check_input_queue(args.input[6:], f"--input {args.input!r}: the queue")
         except ValueError as exc:
             parser.error(str(exc))
         if not args.checkpoint:
@@ -241,14 +241,15 @@ def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
 
 def _run_stream(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     """A file or queue stream, each micro-batch's summary printed once it is written."""
-    from ._queue_stream import run_queue
+    from ._queue_stream import MAX_DEQUEUE_COUNT, run_queue
     from ._queues import Delivery
     from ._stream import run_stream, stop_on_signals
 
     written: dict[int, Any] = {}
 
     def show(batch_id: int, delivery: Delivery) -> None:
-        table = written.pop(batch_id).table(f"{args.output}/batch={batch_id}")
+        redelivery = None if args.queue is None else (args.queue, MAX_DEQUEUE_COUNT)
+        table = written.pop(batch_id).table(f"{args.output}/batch={batch_id}", redelivery)
         lines = delivery.lines(outputs=args.route is not None, messages=args.queue is not None)
         print("\n".join([f"micro-batch {batch_id}:", table, *lines]), flush=True)
 

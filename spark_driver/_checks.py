@@ -13,6 +13,8 @@ __all__ = [
     "note_replaced_output", "spark_failure",
 ]  # fmt: skip
 
+#: Where a stream's checkpoint records the input it was started on (``_intake``).
+INPUT_RECORD = ("streamstone", "input.json")
 #: Azure's rule for table names.
 TABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]{2,62}")
 
@@ -104,12 +106,17 @@ def code(exc: Any) -> str:
     return str(getattr(code, "value", code) or "no error code")
 
 
-def check_input(path: str, input_format: str) -> None:
-    """The input exists, and its files are in the format the command names."""
+def check_input(path: str, input_format: str, checkpoint: str | None = None) -> None:
+    """The input exists, and its files are in the format the command names
+    (unless a stream's ``checkpoint`` holds the input it was started on: a
+    file in another format is then the stream's to dead-letter, not a reason
+    to stop it)."""
     if "://" in path:
         return
     if not os.path.exists(path):
         raise Refused(f"--input {path!r} does not exist")
+    if checkpoint is not None and os.path.exists(os.path.join(checkpoint, *INPUT_RECORD)):
+        return
     first = first_file(path)
     if first is None:
         return
@@ -131,7 +138,8 @@ def first_file(path: str) -> str | None:
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
         for name in sorted(files):
-            if not name.startswith((".", "_")):
+            # Those Spark leaves out: hidden, or in progress (Hadoop's copies too).
+            if not name.startswith((".", "_")) and not name.endswith("._COPYING_"):
                 return os.path.join(root, name)
     return None
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 from azure.core.exceptions import AzureError
-from azure.data.tables import TableClient
 from pyspark.sql.types import (
     IntegerType,
     LongType,
@@ -24,19 +22,20 @@ from pyspark.sql.types import (
 )
 
 from handlers import (
-    DuplicateOutsideWindowError,
     HandlerFailedError,
-    HeaderCache,
     InMemoryPublisher,
     Message,
     Outcome,
     Processor,
+    process_until_settled,
 )
-from streamstone_py import StreamstoneError, TableConfig
+from streamstone_py import StreamstoneError
 
+from . import _worker
 from ._logs import configure as configure_logging
 from ._rows import body_json, parse_row, raw_input
 from ._settings import JobSettings, resolve_handler
+from ._worker import table_client
 
 __all__ = [
     "OUTCOME",
@@ -74,6 +73,10 @@ RESULT_SCHEMA = StructType(
         StructField("source_key", StringType()),
         # An output's due time, when its handler scheduled it (``ctx.schedule``).
         StructField("due", TimestampType()),
+        # An output's: when its source was first processed (the same on every copy).
+        StructField("produced", TimestampType()),
+        # An outcome's kind (``handlers.OutcomeKind``): why, as data.
+        StructField("cause", StringType()),
     ]
 )
 _COLUMNS = RESULT_SCHEMA.fieldNames()
@@ -89,57 +92,13 @@ def result_row(kind: str, **columns: Any) -> tuple[Any, ...]:
 
 _log = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-#: Keyed by the whole configuration (account, credentials, table), not by the
-#: table name alone: two accounts may hold tables of the same name.
-_clients: dict[TableConfig, TableClient] = {}
-
-
-class _RequestCount:
-    """The HTTP requests this worker's table clients send, retries included."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.value = 0
-
-    def __call__(self, request: Any) -> None:
-        with self._lock:
-            self.value += 1
-
-
-#: A Python worker runs one task at a time: a task's requests are the difference.
-_requests = _RequestCount()
-#: The headers this Python worker wrote or read, for every task it runs (a
-#: reused worker keeps it warm across tasks and micro-batches).
-_cache = HeaderCache()
-
-
-def table_client(
-    table: str, transport: Literal["wire", "sdk"] = "wire", concurrency: int = 8
-) -> TableClient:
-    """This worker's client for ``table``, made once from the worker's
-    environment; its connections sized for ``concurrency`` keys in flight."""
-    config = TableConfig.from_env(table_name=table, transport=transport)
-    with _lock:
-        client = _clients.get(config)
-        if client is None:
-            # Each key in flight may read a header beside its events: two each,
-            # and never fewer than the wire client's own default.
-            pool = max(32, 2 * concurrency)
-            client = config.table_client(raw_request_hook=_requests, connection_pool_size=pool)
-            # Which build a worker runs, for an operator reading executor logs.
-            _log.info("worker %d: %s table client for %r (spark_driver at %s)",
-                      os.getpid(), transport, table, __file__)  # fmt: skip
-            _clients[config] = client
-        return client
-
 
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
-                 version: int | None, reason: str | None,
-                 conflicts: int = 0, raw: str | None = None) -> tuple[Any, ...]:  # fmt: skip
+                 version: int | None, reason: str | None, conflicts: int = 0,
+                 raw: str | None = None, cause: str | None = None) -> tuple[Any, ...]:  # fmt: skip
     return result_row(
         OUTCOME, message_id=message_id, key=key, type=type_, status=status, version=version,
-        reason=reason, body=raw, conflicts=conflicts,
+        reason=reason, body=raw, conflicts=conflicts, cause=cause or status,
     )  # fmt: skip
 
 
@@ -148,6 +107,7 @@ def _output_rows(key: str, outcome: Outcome) -> Iterator[tuple[Any, ...]]:
         yield result_row(
             OUTPUT, message_id=out.id, key=out.key, type=out.type, body=body_json(out.body),
             source_message_id=outcome.message_id, source_key=key, due=out.due,
+            produced=out.produced,
         )  # fmt: skip
 
 
@@ -165,7 +125,7 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         # speculative or rerun task must emit a stored outbox entry again: the
         # driver marks outputs dispatched after the commit (mark_partition).
         dispatch="by_caller",
-        cache=_cache if settings.header_cache else None,
+        cache=_worker.header_cache if settings.header_cache else None,
         compression=settings.compression,
         max_batch=settings.batch_size,
     )
@@ -188,7 +148,7 @@ def _process_key(
         if message is None:
             dead = _outcome_row(
                 row["message_id"], row["key"], row["type"], "dead_lettered", None, reason,
-                raw=raw_input(row),
+                raw=raw_input(row), cause="refused",
             )  # fmt: skip
             out.append(dead)
         else:
@@ -199,13 +159,14 @@ def _process_key(
     # On the key's first outcome row, so the outcome rows add up to the run's total.
     conflicts = processor.stats.conflicts_retried - conflicts_before
     for index, outcome in enumerate(outcomes):
-        if _outside_window(outcome):
-            # Refused on every delivery (retention removed what would tell a
-            # duplicate): a dead letter with its reason, never applied again.
+        if outcome.kind == "refused":
+            # Refused on every delivery (an unknown type, a late duplicate that
+            # retention forgot, a clash of output ids): a dead letter with its
+            # reason, never applied again.
             out.append(
                 _outcome_row(
                     outcome.message_id, key, outcome.message.type, "dead_lettered", None,
-                    outcome.reason, conflicts, raw=raw_input(sources[index]),
+                    outcome.reason, conflicts, raw=raw_input(sources[index]), cause="refused",
                 )
             )  # fmt: skip
             conflicts = 0
@@ -227,6 +188,7 @@ def _process_key(
                 outcome.version,
                 outcome.reason,
                 conflicts,
+                cause=outcome.kind,
             )
         )
         conflicts = 0
@@ -240,8 +202,13 @@ def _process_messages(
 ) -> list[Outcome]:
     """``process_batch`` (in chunks of ``batch_size``), and a bulkhead: whatever
     escapes it faults this key's messages (in doubt: some may be written),
-    never the task's other keys."""
+    never the task's other keys. From a queue, until each is settled
+    (``handlers.process_until_settled``): those a failing message stopped
+    are handled again without it, and an outage is waited out."""
     try:
+        if settings.source == "queue":
+            settled = dict(process_until_settled(processor, key, messages, breaker=_worker.storage))
+            return [o for _, o in sorted(settled.items()) if o is not None]
         return processor.process_batch(key, messages)
     except Exception as exc:
         if settings.fail_fast:
@@ -265,11 +232,6 @@ def _log_unsettled(key: str, outcome: Outcome) -> None:
     detail = f"\n{error.handler_traceback}" if isinstance(error, HandlerFailedError) else ""
     _log.info("key %r: message %r %s: %s%s", key, outcome.message_id, outcome.status,
               outcome.reason, detail)  # fmt: skip
-
-
-def _outside_window(outcome: Outcome) -> bool:
-    """A message refused as late, or a duplicate whose record retention removed."""
-    return outcome.status == "abandoned" and isinstance(outcome.error, DuplicateOutsideWindowError)
 
 
 def _retain(
@@ -310,9 +272,9 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
     out key by key in the input's order, whatever finishes first. A last row
     (kind ``task``) counts the storage requests the task sent.
     """
-    before = _requests.value
+    before = _worker.request_count.value
     yield from _process_keys(rows, settings)
-    yield result_row(TASK, requests=_requests.value - before)
+    yield result_row(TASK, requests=_worker.request_count.value - before)
 
 
 def _process_keys(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[Any, ...]]:

@@ -43,9 +43,10 @@ __all__ = [
     "RAW",
     "SENT_AT",
     "input_order",
+    "json_schema",
     "message_columns",
+    "messages_of",
     "read_messages",
-    "read_stream",
 ]
 
 INPUT_SCHEMA = StructType(
@@ -78,21 +79,25 @@ FILE_ORDER = ("_file_time", "_file_path", "_file_block")
 _FILE_METADATA = ("file_modification_time", "file_path", "file_block_start")
 
 
-def _json_schema(spark: SparkSession, path: str, *extra: str | None) -> StructType:
-    """The input's columns: the four message columns as text, the others as inferred.
+def json_schema(*extra: str | None) -> StructType:
+    """The columns read from JSON lines: the four message columns, then each
+    ``extra`` column (an ordering or a sent-time column) not among them, all as
+    text; then :data:`CORRUPT_RECORD`.
 
-    The message columns are read as text even where they hold JSON objects
-    (a body), so Spark keeps their raw JSON. Without an ``extra`` column to
-    read (an ordering or a sent-time column) the fixed schema is enough, and
-    no inference pass is made.
+    Nothing is inferred from the files, so the schema is known before any file
+    is there, and a later line cannot change it. Text keeps any JSON value as
+    written: a body's raw JSON; an ordering column's numbers, ordered by value
+    (:func:`input_order`); a sent time's ISO-8601 text.
     """
-    corrupt = StructField(CORRUPT_RECORD, StringType())
-    if not any(extra):
-        return StructType([*INPUT_SCHEMA.fields, corrupt])
-    inferred = spark.read.json(path).schema
-    known = {*INPUT_SCHEMA.fieldNames(), CORRUPT_RECORD}
-    others = [f for f in inferred.fields if f.name not in known]
-    return StructType([*INPUT_SCHEMA.fields, *others, corrupt])
+    known = INPUT_SCHEMA.fieldNames()
+    named = [name for name in dict.fromkeys(extra) if name and name not in known]
+    return StructType(
+        [
+            *INPUT_SCHEMA.fields,
+            *(StructField(name, StringType()) for name in named),
+            StructField(CORRUPT_RECORD, StringType()),
+        ]
+    )
 
 
 def _located(frame: DataFrame) -> list[Column]:
@@ -134,6 +139,24 @@ def _check_format(input_format: str) -> None:
         raise ValueError(f"input format must be 'json' or 'parquet', got {input_format!r}")
 
 
+def messages_of(
+    files: DataFrame,
+    input_format: str,
+    path: str,
+    order_by: str | None = None,
+    sent_at: str | None = None,
+) -> DataFrame:
+    """The messages of a file source's DataFrame (a text source for JSON
+    lines, a Parquet source), batch or stream, with :data:`FILE_ORDER`; the
+    columns ``order_by`` and ``sent_at`` name are checked to be there."""
+    _check_format(input_format)
+    if input_format == "json":
+        frame = _json_lines(files, json_schema(order_by, sent_at))
+    else:
+        frame = files.select("*", *_located(files))
+    return _checked(frame, path, (("order", order_by), ("sent-at", sent_at)))
+
+
 def read_messages(
     spark: SparkSession,
     path: str,
@@ -143,51 +166,21 @@ def read_messages(
 ) -> DataFrame:
     """JSON lines or Parquet with at least message_id, key, type and body.
 
-    Other columns are kept (with JSON, when ``order_by`` or ``sent_at`` names
-    one of them), so an ordering or sent-time column reaches
-    :func:`process_messages`; so are the columns of :data:`FILE_ORDER`.
+    Other columns are kept (with JSON, those ``order_by`` and ``sent_at``
+    name, as text: :func:`json_schema`), so an ordering or sent-time column
+    reaches :func:`process_messages`; so are the columns of
+    :data:`FILE_ORDER`. A JSON input in which no line has such a column is
+    refused, as a Parquet input without it is.
     """
     _check_format(input_format)
-    if input_format == "json":
-        schema = _json_schema(spark, path, order_by, sent_at)
-        frame = _json_lines(spark.read.text(path), schema)
-    else:
-        parquet = spark.read.parquet(path)
-        frame = parquet.select("*", *_located(parquet))
-    return _checked(frame, path, (("order", order_by), ("sent-at", sent_at)))
-
-
-def read_stream(
-    spark: SparkSession,
-    path: str,
-    input_format: str,
-    order_by: str | None = None,
-    sent_at: str | None = None,
-    max_files_per_trigger: int | None = None,
-) -> DataFrame:
-    """The files of directory ``path`` as a stream, read as :func:`read_messages` reads them.
-
-    A stream needs its schema up front: JSON's is the message columns (and
-    those ``order_by`` and ``sent_at`` name, inferred), Parquet's that of the
-    files already there.
-    """
-    _check_format(input_format)
-    reader = spark.readStream
-    if max_files_per_trigger is not None:
-        reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
-    if input_format == "json":
-        schema = _json_schema(spark, path, order_by, sent_at)
-        frame = _json_lines(reader.text(path), schema)
-    else:
-        try:
-            schema = spark.read.parquet(path).schema
-        except Exception as exc:  # AnalysisException: no files to take the schema from
-            raise ValueError(
-                f"input {path!r} has no Parquet files to take the stream's schema from"
-            ) from exc
-        parquet = reader.schema(schema).parquet(path)
-        frame = parquet.select("*", *_located(parquet))
-    return _checked(frame, path, (("order", order_by), ("sent-at", sent_at)))
+    if input_format == "parquet":
+        return messages_of(spark.read.parquet(path), input_format, path, order_by, sent_at)
+    frame = messages_of(spark.read.text(path), input_format, path, order_by, sent_at)
+    for what, name in (("order", order_by), ("sent-at", sent_at)):
+        missing = name is not None and frame.where(F.col(name).isNotNull()).isEmpty()
+        if missing and not frame.isEmpty():
+            raise ValueError(f"{what} column {name!r} is not in the input {path!r} (in no line)")
+    return frame
 
 
 def _sent_at_column(frame: DataFrame, name: str) -> Column:
@@ -279,9 +272,24 @@ def message_columns(frame: DataFrame, sent_at: str | None = None) -> list[Column
 def input_order(frame: DataFrame, order_by: str | None) -> list[Column]:
     """What a key's messages are sorted by, before their place in the input
     (which breaks ties): ``order_by``, or their file's place
-    (:data:`FILE_ORDER`, when ``frame`` was read from files)."""
-    if order_by is not None:
-        if order_by not in frame.columns:
-            raise ValueError(f"order column {order_by!r} is not in the input ({frame.columns})")
+    (:data:`FILE_ORDER`, when ``frame`` was read from files).
+
+    A JSON line's ordering column is text (:func:`json_schema`): values that
+    read as numbers order by value, after those that do not (which order by
+    their text), and a line without the column comes first; its value as a
+    double orders any number, and as a decimal tells apart numbers a double
+    cannot (as 2^53 and 2^53 + 1).
+    """
+    if order_by is None:
+        return [F.col(c) for c in FILE_ORDER if c in frame.columns]
+    if order_by not in frame.columns:
+        raise ValueError(f"order column {order_by!r} is not in the input ({frame.columns})")
+    if LINE not in frame.columns or not isinstance(frame.schema[order_by].dataType, StringType):
         return [F.col(order_by)]
-    return [F.col(c) for c in FILE_ORDER if c in frame.columns]
+    quoted = "`" + order_by.replace("`", "``") + "`"
+    # try_cast: a text that is no number is null here, whether ANSI mode is on or off.
+    return [
+        F.expr(f"try_cast({quoted} AS DOUBLE)"),
+        F.expr(f"try_cast({quoted} AS DECIMAL(38, 18))"),
+        F.col(order_by),
+    ]

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ._executor import RESULT_SCHEMA, mark_partition, process_partition
+from ._files import delete
 from ._input import input_order, message_columns, read_messages
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
@@ -51,14 +52,6 @@ def process_messages(
     return JobResult.of(results, settings, partitions)
 
 
-def _delete(spark: SparkSession, path: str) -> None:
-    """Delete a path on whatever file system Spark writes to (local, ABFS, ...)."""
-    jvm: Any = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
-
-
 def write_result(result: JobResult, output: str, output_format: str) -> Summary:
     """Write the run, each part with Spark's commit protocol; return its summary.
 
@@ -72,7 +65,7 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
     if output_format not in ("parquet", "json"):
         raise ValueError(f"output format must be 'parquet' or 'json', got {output_format!r}")
     spark = result.outcomes.sparkSession
-    _delete(spark, f"{output}/summary")
+    delete(spark, f"{output}/summary")
     parts = {
         "outputs": result.outputs.orderBy("key", "message_id"),
         "outcomes": result.outcomes.orderBy("key", "message_id", "status"),

@@ -79,13 +79,18 @@ def build_parser() -> Parser:
     run.add_argument(
         "--partitions", type=int, default=8, help="Spark partitions the keys are spread over"
     )
-    run.add_argument("--order-by", help="column that orders messages within a key")
+    run.add_argument(
+        "--order-by",
+        help="column that orders messages within a key (in JSON lines read as text: numbers "
+        "order by value)",
+    )
     run.add_argument(
         "--sent-at",
         metavar="COLUMN",
         help="column with each message's sent time (a timestamp, or ISO-8601 text with a "
-        "zone, e.g. a broker's enqueued time): with retention, a message sent before what "
-        "it removed is dead-lettered as late instead of applied again",
+        "zone; from a queue, produced: when it was first produced, or inserted_on): with "
+        "retention, a message sent before what it removed is dead-lettered as late instead "
+        "of applied again",
     )
     run.add_argument(
         "--concurrency",

@@ -14,14 +14,20 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from handlers import PoisonEntry
+from handlers import PoisonEntry, poison_name_refusal
 from streamstone_py import TableConfig
 
 __all__ = [
-    "MAX_HIDDEN", "QUEUE_NAME", "QueueConfig", "check_queue_name", "lost_lock", "poison",
+    "MAX_HIDDEN", "QUEUE_NAME", "QueueConfig", "check_input_queue", "check_queue_name",
+    "lost_lock", "poison",
     "queue_service",
 ]  # fmt: skip
 
@@ -41,6 +47,15 @@ def check_queue_name(name: str, what: str = "queue") -> str:
             f"{what} {name!r} is not a valid queue name: 3 to 63 lowercase letters, digits "
             "and single hyphens, starting and ending with a letter or digit"
         )
+    return name
+
+
+def check_input_queue(name: str, what: str = "queue") -> str:
+    """An input queue's name: valid, and short enough that ``<name>-poison`` is too."""
+    check_queue_name(name, what)
+    too_long = poison_name_refusal(name, None)
+    if too_long is not None:
+        raise ValueError(too_long)
     return name
 
 
@@ -127,17 +142,31 @@ def lost_lock(exc: HttpResponseError) -> bool:
     return isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404)
 
 
-def poison(queue: QueueClient, entry: PoisonEntry, pop_receipt: str) -> None:
+def poison(queue: QueueClient, entry: PoisonEntry, pop_receipt: str) -> str:
     """Send ``entry`` to ``<queue>-poison`` (created when missing), then delete
-    the message; a lost lock only means it comes again, and is poisoned again."""
+    the message: ``"poisoned"``. ``"kept"`` when the entry could not be sent
+    (the message stays, and comes again when its lock runs out); ``"lost"``
+    when the delete found the lock lost (it comes again, and is poisoned again)."""
     service = queue_service()
     poisoned = service.get_queue_client(f"{queue.queue_name}-poison")
     try:
-        poisoned.send_message(entry.encode())
-    except ResourceNotFoundError:
-        with contextlib.suppress(ResourceExistsError):  # another worker made it meanwhile
-            poisoned.create_queue()
-        poisoned.send_message(entry.encode())
-    _log.warning("queue message %r to %s-poison: %s", entry.queue_message_id,
-                 queue.queue_name, entry.reason)  # fmt: skip
-    queue.delete_message(entry.queue_message_id, pop_receipt)
+        try:
+            poisoned.send_message(entry.encode())
+        except ResourceNotFoundError:
+            with contextlib.suppress(ResourceExistsError):  # another worker made it meanwhile
+                poisoned.create_queue()
+            poisoned.send_message(entry.encode())
+    except AzureError as exc:  # not the message's lock: the poison queue refused it
+        _log.warning("queue message %r not poisoned (it comes again): %s",
+                     entry.queue_message_id, exc)  # fmt: skip
+        return "kept"
+    _log.warning("poisoned queue message %r on receive %d to %s-poison: %s",
+                 entry.queue_message_id, entry.dequeue_count, queue.queue_name,
+                 entry.reason)  # fmt: skip
+    try:
+        queue.delete_message(entry.queue_message_id, pop_receipt)
+    except HttpResponseError as exc:
+        if not lost_lock(exc):
+            raise
+        return "lost"
+    return "poisoned"

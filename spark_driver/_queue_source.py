@@ -16,10 +16,12 @@ once a batch's results are written, in the pipeline's sink), so they become
 visible when their lock runs out and come in a later batch, where the
 handlers runtime recognises those it stored as duplicates.
 
-A message whose text is not a message envelope, or that was received more
-than ``maxDequeueCount`` times without being completed, goes to the poison
-queue ``<queue>-poison`` with its reason and text, here, and never reaches a
-batch. A scheduled message received before its due time is hidden again
+A text that cannot become a message (the admission every entry shares,
+``handlers.admit_text``: whatever it holds and whatever fails), or a message
+received more than ``maxDequeueCount`` times without being completed, goes
+to the poison queue ``<queue>-poison`` with its reason and text, here, alone,
+and never reaches a batch: every row of a batch can be encoded, stored and
+sent. A scheduled message received before its due time is hidden again
 until then. Deleting is not done in ``commit``: Spark commits a batch's
 offset only once the next batch is planned, so a run's last batch would
 never be committed.
@@ -47,9 +49,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from handlers import PoisonEntry, read_queue_text
+from handlers import PoisonEntry, Refused, admit_text
 
-from ._queue_config import MAX_HIDDEN, check_queue_name, lost_lock, poison, queue_service
+from ._queue_config import MAX_HIDDEN, check_input_queue, lost_lock, poison, queue_service
 from ._rows import body_json
 
 try:
@@ -77,6 +79,8 @@ QUEUE_SCHEMA: Final = StructType(
         StructField("body", StringType()),  # JSON text; bytes as {"$base64": ...}
         StructField("headers", MapType(StringType(), StringType())),
         StructField("inserted_on", TimestampType()),  # when the queue took it: --sent-at
+        StructField("due", TimestampType()),  # a scheduled message's
+        StructField("produced", TimestampType()),  # when first produced: --sent-at
         StructField("dequeue_count", IntegerType()),
         StructField("queue_message_id", StringType()),
         StructField("pop_receipt", StringType()),
@@ -112,7 +116,7 @@ class QueueOptions:
     partitions: int = 4
 
     def __post_init__(self) -> None:
-        check_queue_name(self.queue)
+        check_input_queue(self.queue)
         for name, low, high in (
             ("max_messages", 1, None),
             ("visibility_timeout", 1, MAX_HIDDEN),
@@ -237,30 +241,35 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_messages=self.options.max_messages,
             visibility_timeout=self.options.visibility_timeout,
         )
-        return [row for message in received if (row := self._admit(queue, message)) is not None]
+        rows: list[tuple[Any, ...]] = []
+        for message in received:
+            try:
+                row = self._admit(queue, message)
+            except Exception:  # one message's trouble never stops the query
+                _log.exception("queue message %r: left for its lock to run out", message.id)
+                continue
+            if row is not None:
+                rows.append(row)
+        return rows
 
     def _admit(self, queue: QueueClient, received: QueueMessage) -> tuple[Any, ...] | None:
         """The message's row, or None when it was poisoned or hidden until due."""
         content, count = received.content, received.dequeue_count or 1
         text = content if isinstance(content, str) else _utf8(content)
-        message, reason = None, None
-        if text is None:
-            reason = "queue message content is not UTF-8 text"
-        elif count > self.options.max_dequeue_count:
-            reason = (
+        if count > self.options.max_dequeue_count:
+            admitted: Any = Refused(
                 f"received {count} times, more than maxDequeueCount="
                 f"{self.options.max_dequeue_count}, without being completed"
             )
         else:
-            try:
-                message = read_queue_text(text, default_id=received.id)
-            except ValueError as exc:
-                reason = str(exc)
+            admitted = admit_text(content, default_id=received.id)
         try:
-            if message is None:
-                entry = PoisonEntry(reason or "", text or "", queue.queue_name, received.id, count)
+            if isinstance(admitted, Refused):
+                entry = PoisonEntry(admitted.reason, text or "", queue.queue_name, received.id,
+                                    count)  # fmt: skip
                 poison(queue, entry, received.pop_receipt or "")
                 return None
+            message = admitted
             wait = 0.0 if message.due is None else (message.due - datetime.now(UTC)).total_seconds()
             if wait > 0:  # sent without its delay, or this clock is behind the sender's
                 hidden = min(MAX_HIDDEN, math.ceil(wait))
@@ -273,7 +282,8 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return None
         return (
             message.id, message.key, message.type, body_json(message.body), dict(message.headers),
-            received.inserted_on, count, received.id, received.pop_receipt, text,
+            received.inserted_on, message.due, message.produced, count, received.id,
+            received.pop_receipt, text,
         )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ again (after a backoff) instead, and poisoned on its last allowed receive.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import threading
 from collections.abc import Callable
@@ -31,6 +32,8 @@ __all__ = [
 #: Seconds an abandoned or faulted message stays hidden before it comes
 #: again, doubled on each receive (as the queue consumer's backoff).
 RETRY_BACKOFF: Final = 1
+#: The receive on which a message still not completed is poisoned.
+MAX_DEQUEUE_COUNT: Final = 5
 
 
 class QueueSourceUnavailable(RuntimeError):
@@ -64,7 +67,7 @@ def read_queue(
     *,
     max_messages: int = 1000,
     visibility_timeout: int = 300,
-    max_dequeue_count: int = 5,
+    max_dequeue_count: int = MAX_DEQUEUE_COUNT,
     partitions: int = 4,
 ) -> DataFrame:
     """The messages of ``queue`` as a streaming DataFrame (columns:
@@ -110,7 +113,7 @@ def run_queue(
     stop: threading.Event | None = None,
     max_messages: int = 1000,
     visibility_timeout: int = 300,
-    max_dequeue_count: int = 5,
+    max_dequeue_count: int = MAX_DEQUEUE_COUNT,
     retry_backoff: int = RETRY_BACKOFF,
     on_batch: Callable[[int, Summary], None] | None = None,
     on_delivery: Callable[[int, Delivery], None] | None = None,
@@ -134,6 +137,7 @@ def run_queue(
         spark, queue, max_messages=max_messages, visibility_timeout=visibility_timeout,
         max_dequeue_count=max_dequeue_count,
     )  # fmt: skip
+    settings = dataclasses.replace(settings, source="queue")
     from ._queue_source import AVAILABLE_NOW
 
     results = process_stream(frame, settings, partitions, order_by)

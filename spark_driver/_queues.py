@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from handlers import Message, PoisonEntry, QueuePublisher
+from handlers import Message, PoisonEntry, QueuePublisher, from_json_data
 
 from ._executor import OUTCOME, RESULT_SCHEMA
 from ._queue_config import (
@@ -90,9 +90,14 @@ def _publisher(route: OutputRoute) -> QueuePublisher:
         return publisher
 
 
+def _time(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
 def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[Any, ...]]:
-    """Send output rows (``message_id, key, type, body, due`` in microseconds
-    since the epoch) to their queues; yield ``(sent, unrouted, refused, reason)``."""
+    """Send output rows (``message_id, key, type, body, due, produced``, the
+    times in microseconds since the epoch) to their queues; yield ``(sent,
+    unrouted, refused, reason)``."""
     publisher = _publisher(route)
     sendable: list[Message] = []
     unrouted = refused = 0
@@ -101,12 +106,11 @@ def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[An
         if route.queue_of(row["type"]) is None:
             unrouted += 1
             continue
-        due = row["due"]
         try:
-            body = None if row["body"] is None else json.loads(row["body"])
+            body = None if row["body"] is None else from_json_data(json.loads(row["body"]))
             message = Message(
                 row["message_id"], row["key"], row["type"], body,
-                due=None if due is None else _EPOCH + timedelta(microseconds=due),
+                due=_time(row["due"]), produced=_time(row["produced"]),
             )  # fmt: skip
             publisher.check(message)
         except (ValueError, TypeError) as exc:
@@ -122,9 +126,10 @@ def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[An
 def settle_partition(
     rows: Iterable[Any], queue_name: str, max_dequeue_count: int, backoff: int
 ) -> Iterator[tuple[Any, ...]]:
-    """Complete each queue message of a written micro-batch: delete it, or,
-    when its outcome is abandoned or faulted (``reason`` set), make it visible
-    again after ``backoff`` seconds doubled per receive, or poison it on its
+    """Complete each queue message of a written micro-batch: delete it; or,
+    when its outcome is not settled (``reason`` set), release it: at once if
+    it was only held back by a key-mate (``cause`` stopped or held), else
+    after ``backoff`` seconds doubled per receive, or poison it on its
     ``max_dequeue_count``-th receive. Yields ``(deleted, released, poisoned, lost)``."""
     queue = queue_service().get_queue_client(queue_name)
     deleted = released = poisoned = lost = 0
@@ -135,13 +140,15 @@ def settle_partition(
             if row["reason"] is None:
                 queue.delete_message(receipt["id"], receipt["popReceipt"])
                 deleted += 1
-            elif count >= max_dequeue_count:
+            elif row["cause"] not in ("stopped", "held") and count >= max_dequeue_count:
                 reason = f"failed on receive {count} of {max_dequeue_count}: {row['reason']}"
                 entry = PoisonEntry(reason, receipt["text"], queue_name, receipt["id"], count)
-                poison(queue, entry, receipt["popReceipt"])
-                poisoned += 1
-            else:
-                delay = min(MAX_HIDDEN, backoff * 2 ** (count - 1))
+                done = poison(queue, entry, receipt["popReceipt"])
+                poisoned += done == "poisoned"
+                lost += done == "lost"
+            else:  # a key-mate's failure is not this message's: no backoff
+                held_back = row["cause"] in ("stopped", "held")
+                delay = 0 if held_back else min(MAX_HIDDEN, backoff * 2 ** (count - 1))
                 queue.update_message(receipt["id"], receipt["popReceipt"], visibility_timeout=delay)
                 released += 1
         except HttpResponseError as exc:
@@ -207,7 +214,10 @@ class Delivery:
 def send_outputs(outputs: DataFrame, route: OutputRoute) -> list[tuple[Any, ...]]:
     """Send the output rows (:attr:`JobResult.outputs`, or as written) from the
     executors; the figures of each partition, for :meth:`Delivery.add_sent`."""
-    rows = outputs.select("message_id", "key", "type", "body", F.unix_micros("due").alias("due"))
+    rows = outputs.select(
+        "message_id", "key", "type", "body", F.unix_micros("due").alias("due"),
+        F.unix_micros("produced").alias("produced"),
+    )  # fmt: skip
     return rows.rdd.mapPartitions(lambda part: send_partition(part, route)).collect()
 
 
@@ -215,7 +225,8 @@ def send_written_outputs(
     spark: SparkSession, output: str, output_format: str, route: OutputRoute
 ) -> list[tuple[Any, ...]]:
     """:func:`send_outputs` of a run's ``{output}/outputs``, as written."""
-    names = ("message_id", "key", "type", "body", "source_message_id", "source_key", "due")
+    names = ("message_id", "key", "type", "body", "source_message_id", "source_key", "due",
+             "produced")  # fmt: skip
     schema = StructType([RESULT_SCHEMA[name] for name in names])
     written = spark.read.schema(schema).format(output_format).load(f"{output}/outputs")
     return send_outputs(written, route)
@@ -238,6 +249,7 @@ def settle_messages(
             F.first(F.when(~done, F.coalesce(F.col("reason"), status)), ignorenulls=True).alias(
                 "_why"
             ),
+            F.first(F.when(~done, F.col("cause")), ignorenulls=True).alias("_cause"),
         )
     )
     rows = receipts.join(verdicts, ["key", "message_id"], "left").select(
@@ -245,6 +257,7 @@ def settle_messages(
         F.when(F.col("_done") == 1, F.lit(None))
         .otherwise(F.coalesce(F.col("_why"), F.lit("no outcome")))
         .alias("reason"),
+        F.col("_cause").alias("cause"),
     )
     return rows.rdd.mapPartitions(
         lambda part: settle_partition(part, queue, max_dequeue_count, backoff)

@@ -92,6 +92,11 @@ class JobSettings:
     #: How the executors' storage requests travel: ``"wire"`` (spoken by the
     #: engine, the default) or ``"sdk"`` (azure-data-tables' own, the reference).
     transport: Literal["wire", "sdk"] = "wire"
+    #: Where the messages come from. ``"queue"`` (set by ``run_queue``): a
+    #: queue keeps no order, so a key's messages that a failing one stopped
+    #: are handled again at once without it, and a task waits out a storage
+    #: outage (pausing, then trying again) instead of leaving messages faulted.
+    source: Literal["files", "queue"] = "files"
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -124,6 +129,8 @@ class JobSettings:
             raise ValueError(f"compression must be None or 'zlib', got {self.compression!r}")
         if self.transport not in ("wire", "sdk"):
             raise ValueError(f"transport must be 'wire' or 'sdk', got {self.transport!r}")
+        if self.source not in ("files", "queue"):
+            raise ValueError(f"source must be 'files' or 'queue', got {self.source!r}")
         if self.sent_at is not None and (not isinstance(self.sent_at, str) or not self.sent_at):
             raise ValueError(f"sent_at must be a column name, got {self.sent_at!r}")
 

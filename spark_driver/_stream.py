@@ -3,31 +3,32 @@
 The micro-batch sink and the query's run are shared with the queue source
 (``_queue_stream``): outputs may go to queues too, and a query may run until
 its input is drained (``availableNow``) or on a processing-time trigger until
-it is told to stop, letting the micro-batch in progress finish.
+it is told to stop, letting the micro-batch in progress finish and starting
+no other. The processing itself, inside the streaming plan, is ``_plan``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
 from typing import Any, Final
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
 
-from ._arrow import ORDER, number_rows, process_batches
-from ._executor import OUTCOME, RESULT_SCHEMA, RETENTION, TASK
-from ._input import input_order, message_columns, read_stream
+from ._executor import OUTCOME, RESULT_SCHEMA, result_row
+from ._files import shown
+from ._intake import FileIntake
 from ._job import write_result
+from ._plan import METRICS, process_stream
 from ._queues import Delivery, OutputRoute, send_outputs, settle_messages
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
@@ -37,70 +38,17 @@ __all__ = [
     "RECEIPT",
     "BatchSink",
     "Settle",
+    "StopRequested",
+    "process_stream",
     "run_query",
     "run_stream",
     "stop_on_signals",
 ]
 
-#: The name of the observed metrics each micro-batch reports in its
-#: ``StreamingQueryProgress.observedMetrics``.
-METRICS: Final = "streamstone"
 #: The kind of the rows a queue source adds to a micro-batch beside its
 #: results: one per queue message, its receipt in ``body``, to complete it
 #: once the batch is written.
 RECEIPT: Final = "queue_message"
-
-
-def _metrics() -> list[Column]:
-    """Each micro-batch's figures, named as :class:`Summary` names them."""
-    kind, status = F.col("kind"), F.col("status")
-
-    def outcomes(name: str) -> Column:
-        return F.count(F.when((kind == OUTCOME) & (status == name), 1))
-
-    def total(of: str, column: str) -> Column:
-        return F.coalesce(F.sum(F.when(kind == of, F.col(column))), F.lit(0)).cast("long")
-
-    return [
-        F.count(F.when(kind == OUTCOME, 1)).alias("messages_in"),
-        outcomes("completed").alias("processed"),
-        outcomes("duplicate").alias("duplicates"),
-        outcomes("dead_lettered").alias("dead_lettered"),
-        outcomes("abandoned").alias("abandoned"),
-        outcomes("faulted").alias("faulted"),
-        total(OUTCOME, "conflicts").alias("conflicts_retried"),
-        total(RETENTION, "version").alias("versions_removed"),
-        total(TASK, "requests").alias("requests"),
-    ]
-
-
-def process_stream(
-    stream: DataFrame, settings: JobSettings, partitions: int, order_by: str | None = None
-) -> DataFrame:
-    """The result rows of a streaming DataFrame of messages, observed as :data:`METRICS`.
-
-    The processing is part of the streaming plan (not of ``foreachBatch``),
-    so the plan's observed metrics are what each micro-batch did.
-    """
-    job = settings
-
-    def run(batches: Any) -> Any:
-        return process_batches(batches, job, [*names, ORDER])
-
-    order = input_order(stream, order_by)
-    names = [f"_order{n}" for n in range(len(order))]
-    with warnings.catch_warnings():
-        # PySpark 3.5's mapInArrow checks the pandas version with distutils.
-        warnings.filterwarnings("ignore", "distutils Version classes", DeprecationWarning)
-        messages = stream.select(
-            *message_columns(stream, settings.sent_at),
-            *(column.alias(name) for column, name in zip(order, names, strict=True)),
-        )
-        # A streaming plan may not use monotonically_increasing_id: number here.
-        numbered = StructType([*messages.schema.fields, StructField(ORDER, LongType(), False)])
-        messages = messages.mapInArrow(number_rows, numbered)
-        results = messages.repartition(partitions, "key").mapInArrow(run, RESULT_SCHEMA)
-    return results.observe(METRICS, *_metrics())
 
 
 @dataclass(frozen=True)
@@ -114,11 +62,19 @@ class Settle:
     backoff: int
 
 
+class StopRequested(RuntimeError):
+    """Raised by the sink at the start of a micro-batch once the stream is to
+    stop: nothing of the batch has run, and it runs at the next start."""
+
+
 class BatchSink:
     """``foreachBatch``: each micro-batch's results written to
     ``{output}/batch={id}``, then its outputs sent to queues (``route``), then
     its queue messages completed (``settle``), all before Spark records the
-    batch as done. ``summaries`` and ``deliveries`` grow by one per batch."""
+    batch as done. ``summaries`` and ``deliveries`` grow by one per batch.
+
+    With ``intake`` (a file stream), each file the batch could not read (see
+    :class:`FileIntake`) is dead-lettered in its results."""
 
     def __init__(
         self,
@@ -131,20 +87,56 @@ class BatchSink:
         settle: Settle | None = None,
         on_batch: Callable[[int, Summary], None] | None = None,
         on_delivery: Callable[[int, Delivery], None] | None = None,
+        intake: FileIntake | None = None,
     ) -> None:
         self.output, self.output_format = output, output_format
         self.settings, self.partitions = settings, partitions
-        self.route, self.settle = route, settle
+        self.route, self.settle, self.intake = route, settle, intake
         self.on_batch, self.on_delivery = on_batch, on_delivery
         self.summaries: list[tuple[int, Summary]] = []
         self.deliveries: list[tuple[int, Delivery]] = []
+        # The stop protocol with run_query: once ``stop`` is set, a batch that
+        # starts is refused before it does anything, and the one in progress
+        # (``busy``) is waited for.
+        self.stop: threading.Event | None = None
+        self.busy = False
+        self.refused: int | None = None
+        self.failed: BaseException | None = None
+        self.written: int | None = None
+        self._state = threading.Condition()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self._state:
+            if self.stop is not None and self.stop.is_set():
+                self.refused = batch_id
+                raise StopRequested(f"micro-batch {batch_id} is left for the next start")
+            self.busy = True
+        try:
+            self._run(batch, batch_id)
+        except BaseException as exc:
+            self.failed = exc
+            raise
+        finally:
+            with self._state:
+                self.busy = False
+                self._state.notify_all()
+
+    def begin(self, stop: threading.Event | None) -> None:
+        """A new run of the query, to stop once ``stop`` is set."""
+        self.stop, self.refused, self.failed, self.written = stop, None, None, None
+
+    def wait_idle(self) -> None:
+        """Return once no micro-batch is in the sink."""
+        with self._state:
+            self._state.wait_for(lambda: not self.busy)
+
+    def _run(self, batch: DataFrame, batch_id: int) -> None:
         whole = batch.persist()
         try:
             done = self._write(whole, batch_id)
         finally:
             whole.unpersist()  # a long-running stream would otherwise keep every batch
+        self.written = batch_id
         if done is None:
             return
         summary, delivery = done
@@ -156,9 +148,10 @@ class BatchSink:
             self.on_delivery(batch_id, delivery)
 
     def _write(self, whole: DataFrame, batch_id: int) -> tuple[Summary, Delivery] | None:
+        # The batch before is committed: its files are looked at once more.
+        notes = () if self.intake is None else tuple(self.intake.written_after_taken())
         kind = F.col("kind")
         results = whole if self.settle is None else whole.where(kind != RECEIPT)
-        result = JobResult.of(results, self.settings, self.partitions)
         # The first action runs the handlers once, in a result stage, whose
         # observed metrics count each task once, whatever attempts failed.
         whole.write.format("noop").mode("overwrite").save()
@@ -167,7 +160,11 @@ class BatchSink:
             # Replayed after a restart: the source holds its messages no more
             # (they come again), and what its first run wrote stays as it is.
             return None
+        if self.intake is not None and self.intake.unreadable_in(batch_id):
+            results = results.unionByName(self._unreadable(whole, batch_id))
+        result = JobResult.of(results, self.settings, self.partitions)
         summary = write_result(result, f"{self.output}/batch={batch_id}", self.output_format)
+        summary = dataclasses.replace(summary, notes=notes)
         delivery = Delivery()
         if self.route is not None:
             delivery.add_sent(send_outputs(result.outputs, self.route))
@@ -178,6 +175,17 @@ class BatchSink:
                                 settle.backoff)
             )  # fmt: skip
         return summary, delivery
+
+    def _unreadable(self, whole: DataFrame, batch_id: int) -> DataFrame:
+        """A dead letter for each file of the batch that could not be read:
+        its path as the raw input, to fix and send again."""
+        assert self.intake is not None
+        rows = [
+            result_row(OUTCOME, status="dead_lettered", reason=entry.reason,
+                       body=shown(whole.sparkSession, entry.uri))
+            for entry in self.intake.unreadable_in(batch_id)
+        ]  # fmt: skip
+        return whole.sparkSession.createDataFrame(rows, RESULT_SCHEMA)
 
 
 def run_query(
@@ -191,7 +199,13 @@ def run_query(
 ) -> None:
     """Run the streaming query of ``results`` into ``sink``: what is there now
     (``availableNow``), or with ``trigger`` a micro-batch every such interval
-    until ``stop`` is set. Stopping lets the micro-batch in progress finish."""
+    until ``stop`` is set.
+
+    Stopping lets the micro-batch in progress finish and be committed, and
+    starts no other: a batch that starts once ``stop`` is set is refused by
+    the sink before it does anything (it runs at the next start), so the
+    query stops within the time the batch in progress needs, however busy
+    the stream is."""
     writer = results.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     if query_name is not None:
         writer = writer.queryName(query_name)
@@ -199,18 +213,41 @@ def run_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{trigger.total_seconds():g} seconds")
+    sink.begin(stop)
     query: Any = writer.start()
     if stop is None:
         query.awaitTermination()
         return
-    while not query.awaitTermination(0.5):
-        if stop.is_set():
-            # Stopping interrupts a trigger in progress: wait for it to end.
-            while query.isActive and query.status["isTriggerActive"]:
-                time.sleep(0.1)
-            query.stop()
-            query.awaitTermination()  # raises if the query had failed
-            return
+    stopped = False
+    try:
+        while not query.awaitTermination(0.5):
+            if stop.is_set():
+                stopped = _stop_after_batch(query, sink)
+                break
+        query.awaitTermination()  # raises if the query failed
+    except Exception:
+        if sink.failed is not None and not isinstance(sink.failed, StopRequested):
+            raise  # a batch failed: the stop did not cause it
+        if sink.refused is None and not stopped:
+            raise
+
+
+def _stop_after_batch(query: Any, sink: BatchSink) -> bool:
+    """Stop ``query`` once the micro-batch in the sink, if any, is written and
+    committed; whether this stopped a query still active."""
+    sink.wait_idle()
+    written = sink.written
+    # Spark logs a batch's commit, then reports its progress: stopping before
+    # would leave the batch to run again at the next start.
+    while written is not None and query.isActive:
+        progress = query.lastProgress
+        if progress is not None and progress["batchId"] >= written:
+            break
+        time.sleep(0.05)
+    if not query.isActive:
+        return False
+    query.stop()
+    return True
 
 
 @contextlib.contextmanager
@@ -268,8 +305,11 @@ def run_stream(
     interval until ``stop`` is set (the batch in progress finishes first).
 
     The files are JSON lines or Parquet (``input_format``), taken oldest
-    first; a key's messages apply in the order of their files, then of their
-    lines, however the files fall into micro-batches (or by ``order_by``).
+    first, whatever their age; a key's messages apply in the order of their
+    files, then of their lines, however the files fall into micro-batches (or
+    by ``order_by``). The input's schema is kept in ``checkpoint`` for its
+    life (see :class:`FileIntake`); a file that cannot be read is
+    dead-lettered by name and the stream goes on without it.
 
     Each batch's outputs go to ``{output}/batch={id}``, overwritten when Spark
     replays the batch after a restart (its commit never got logged), so a
@@ -286,13 +326,25 @@ def run_stream(
     ``StreamingQueryListener`` or a monitoring tool. ``query_name`` names the
     query in its progress.
     """
+    intake = FileIntake(
+        spark, input_dir, checkpoint, input_format, order_by, settings.sent_at,
+        max_files_per_trigger,
+    )  # fmt: skip
     sink = BatchSink(
         output, output_format, settings, partitions,
-        route=output_queues, on_batch=on_batch, on_delivery=on_delivery,
+        route=output_queues, on_batch=on_batch, on_delivery=on_delivery, intake=intake,
     )  # fmt: skip
-    frame = read_stream(
-        spark, input_dir, input_format, order_by, settings.sent_at, max_files_per_trigger
-    )
-    results = process_stream(frame, settings, partitions, order_by)
-    run_query(results, sink, checkpoint, trigger=trigger, stop=stop, query_name=query_name)
-    return sink.summaries
+    if not intake.wait_for_schema(trigger, stop):
+        return sink.summaries
+    while True:
+        results = process_stream(intake.frame(), settings, partitions, order_by)
+        try:
+            run_query(results, sink, checkpoint, trigger=trigger, stop=stop, query_name=query_name)
+        except Exception as exc:
+            if not intake.examine(exc):
+                raise
+            if stop is not None and stop.is_set():
+                return sink.summaries  # the batch runs at the next start
+            continue  # the batch again, without the files it could not read
+        intake.written_after_taken()  # logged: no batch is left to tell it
+        return sink.summaries

@@ -50,6 +50,12 @@ class Summary:
     unsettled: tuple[Unsettled, ...] = field(default=(), compare=False)
     #: Keys retention ran for and removed nothing from (the run's own versions stay).
     retained_nothing: int = field(default=0, compare=False)
+    #: Of the abandoned messages, those the handler failed on (not only held
+    #: back behind one): the handler needs a look before they are delivered again.
+    handler_failures: int = field(default=0, compare=False)
+    #: Lines on the input the summary adds at its end (a file written to after
+    #: a stream took it).
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def of(
@@ -81,7 +87,7 @@ class Summary:
             F.sum("conflicts").alias("conflicts_retried"),
         ).first()
         assert row is not None
-        figures = {k: int(v or 0) for k, v in row.asDict().items()}
+        figures: dict[str, Any] = {k: int(v or 0) for k, v in row.asDict().items()}
         stored = (
             outcomes.where(status == "completed")
             .select(F.col("key").alias("_key"), F.col("message_id").alias("_source"))
@@ -102,7 +108,7 @@ class Summary:
         )
         assert split is not None
         total, new = int(split["all"]), int(split["new"])
-        removed = requests = nothing = 0
+        removed = requests = nothing = failures = 0
         if results is not None:
             kind = F.col("kind")
             retention = kind == RETENTION
@@ -112,9 +118,10 @@ class Summary:
                 F.sum(
                     (retention & (F.col("version") == 0) & F.col("reason").isNull()).cast("long")
                 ),
+                F.sum(((kind == OUTCOME) & (F.col("cause") == "failed")).cast("long")),
             ).first()
             assert summed is not None
-            removed, requests, nothing = (int(v or 0) for v in summed)
+            removed, requests, nothing, failures = (int(v or 0) for v in summed)
         unsettled: tuple[Unsettled, ...] = ()
         if figures["abandoned"] or figures["faulted"]:
             first = (
@@ -132,6 +139,7 @@ class Summary:
             requests=requests,
             unsettled=unsettled,
             retained_nothing=nothing,
+            handler_failures=failures,
             **figures,
         )
 
@@ -150,10 +158,12 @@ class Summary:
         else :data:`UNSETTLED_EXIT` (some must be delivered again)."""
         return UNSETTLED_EXIT if self.abandoned or self.faulted else 0
 
-    def table(self, output: str | None = None) -> str:
+    def table(self, output: str | None = None, queue: tuple[str, int] | None = None) -> str:
         """The summary as a readable two-column table, then what needs a word:
         the first abandoned or faulted messages with their reasons (and where
-        ``output`` keeps them all), and a retention that removed nothing."""
+        ``output`` keeps them all), what to do about them (``queue``: the
+        input queue's name and the receive that poisons, when it redelivers
+        them itself), and a retention that removed nothing."""
         labels = {
             "messages_in": "messages in",
             "processed": "processed (new version stored)",
@@ -172,9 +182,23 @@ class Summary:
             f"  {labels[name]:<{width}}  {value:>10,}" for name, value in self.figures().items()
         ]
         rule = "  " + "-" * (width + 12)
-        return "\n".join([rule, *lines, rule, *self._notes(output)])
+        return "\n".join([rule, *lines, rule, *self._notes(output, queue)])
 
-    def _notes(self, output: str | None) -> list[str]:
+    def advice(self, queue: tuple[str, int] | None = None) -> str:
+        """What to do about the abandoned or faulted messages, for this input."""
+        fix = self.handler_failures > 0
+        if queue is not None:
+            name, most = queue
+            return (
+                f"exit status {UNSETTLED_EXIT}; queue {name!r} delivers each again by itself "
+                f"after its backoff, and poisons one still failing on receive {most}"
+                + (": fix the handler before then" if fix else "")
+            )
+        if fix:
+            return f"exit status {UNSETTLED_EXIT}: fix the handler, then deliver the input again"
+        return f"exit status {UNSETTLED_EXIT}: deliver the input again, which is safe"
+
+    def _notes(self, output: str | None, queue: tuple[str, int] | None) -> list[str]:
         notes: list[str] = []
         count = self.abandoned + self.faulted
         if count:
@@ -183,10 +207,7 @@ class Summary:
             if count == 1:
                 which = "the one"
             plural = "s" if count > 1 else ""
-            notes.append(
-                f"  {which} abandoned or faulted message{plural} (exit status {UNSETTLED_EXIT}: "
-                "deliver the input again):"
-            )
+            notes.append(f"  {which} abandoned or faulted message{plural} ({self.advice(queue)}):")
             for status, key, message_id, reason in self.unsettled:
                 line = " ".join(reason.split())
                 line = line if len(line) <= 300 else line[:300] + "..."
@@ -199,8 +220,14 @@ class Summary:
                 "a run touches always stay (its duplicates' too), so rerunning the same input "
                 "removes none; a later run with newer messages does"
             )
+        notes.extend(f"  {note}" for note in self.notes)
         return notes
 
+
+#: The columns of the output rows written: the output, its source, and its times.
+_OUTPUT_COLUMNS: Final = (
+    "message_id", "key", "type", "body", "source_message_id", "source_key", "due", "produced",
+)  # fmt: skip
 
 #: The exit status of a run that left messages abandoned or faulted.
 UNSETTLED_EXIT: Final = 3
@@ -221,9 +248,7 @@ class JobResult:
         """The outputs and outcomes of the tasks' ``results`` rows (persisted)."""
         kind = F.col("kind")
         outputs = (
-            results.where(kind == OUTPUT)
-            .select("message_id", "key", "type", "body", "source_message_id", "source_key", "due")
-            .dropDuplicates(["message_id"])
+            results.where(kind == OUTPUT).select(*_OUTPUT_COLUMNS).dropDuplicates(["message_id"])
         )
         # A dead letter's body column holds its raw input, to fix and send again.
         outcomes = results.where(kind == OUTCOME).select(

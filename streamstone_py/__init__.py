@@ -38,7 +38,7 @@ from ._model import (
 )
 from ._partition import Partition, check_key, key_order
 from ._protocol import Row, TableOperation
-from ._retry import RetryPolicy
+from ._retry import RetryPolicy, is_transient
 from ._scan import ScannedStream
 from ._shard import Shard
 from ._stream import Stream
@@ -74,6 +74,7 @@ __all__ = [
     "check_key",
     "check_row",
     "is_stream_row_key",
+    "is_transient",
     "join_binary",
     "key_order",
     "query_rows",

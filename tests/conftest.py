@@ -7,13 +7,16 @@ of them (see ``tests/helpers.py``).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
 
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
+from azure.storage.queue import QueueClient, QueueServiceClient
 
 from azurite.launcher import AzuriteTable, account
 from azurite.proxy import Proxy
@@ -179,3 +182,21 @@ def oauth_table(oauth_azurite: AzuriteTable) -> str:
     )
     service.create_table(name)  # by account key: it works beside bearer tokens
     return name
+
+
+@pytest.fixture(scope="session")
+def queues(connection_string: str) -> QueueServiceClient:
+    return QueueServiceClient.from_connection_string(connection_string)
+
+
+@pytest.fixture
+def queue(queues: QueueServiceClient) -> Iterator[QueueClient]:
+    """A fresh input queue, deleted after the test with its poison queue and
+    ``<name>-out``, the output queue a test may make."""
+    name = f"in-{uuid.uuid4().hex[:12]}"
+    client = queues.get_queue_client(name)
+    client.create_queue()
+    yield client
+    for made in (name, f"{name}-poison", f"{name}-out"):
+        with contextlib.suppress(ResourceNotFoundError):
+            queues.delete_queue(made)

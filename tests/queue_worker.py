@@ -19,7 +19,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from handlers import Message, Processor, QueueConsumer, QueuePublisher
 from streamstone_py import WireTableClient
-from tests.test_queue_consumer import tally
+from tests.queueing import tally
 
 
 class HangAfterPublishing:

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueClient
 
-from azurite.launcher import AzuriteTable
+from azurite.launcher import AzuriteError, AzuriteTable
 
 
 def _write_then_restart(azurite: AzuriteTable) -> TableServiceClient:
@@ -83,6 +83,36 @@ def test_the_queue_service_runs_beside_on_loopback_and_keeps_messages_on_disk(
         assert message.content == "fire at 7"
         assert tables.get_table_client("beside").get_entity("p", "r")["RowKey"] == "r"
     assert azurite.queue._process is None  # stopped with the table service
+
+
+def test_one_service_stops_and_starts_alone(tmp_path: Path) -> None:
+    with AzuriteTable(location=tmp_path / "data", queues=True) as azurite:
+        assert azurite.queue is not None
+        tables = TableServiceClient.from_connection_string(azurite.connection_string)
+        tables.create_table("alone").create_entity({"PartitionKey": "p", "RowKey": "r"})
+        queue = QueueClient.from_connection_string(azurite.connection_string, "alone")
+        queue.create_queue()
+        table_port = azurite.port
+
+        azurite.stop("table")  # an outage of the Table service only
+
+        assert (azurite.running, azurite.queue.running) == (False, True)
+        hasty = TableServiceClient.from_connection_string(azurite.connection_string, retry_total=0)
+        with pytest.raises(ServiceRequestError):
+            hasty.get_table_client("alone").get_entity("p", "r")
+        queue.send_message("still here")
+        azurite.start("table")
+        assert (azurite.running, azurite.port) == (True, table_port)
+        assert tables.get_table_client("alone").get_entity("p", "r")["RowKey"] == "r"
+        azurite.stop("queue")
+        assert (azurite.running, azurite.queue.running) == (True, False)
+        azurite.start("queue")
+        [message] = queue.receive_messages(visibility_timeout=30)
+        assert message.content == "still here"
+        with pytest.raises(ValueError, match="service must be 'table' or 'queue', got 'blob'"):
+            azurite.stop("blob")  # type: ignore[arg-type]
+    with AzuriteTable() as alone, pytest.raises(AzuriteError, match="no Queue service runs"):
+        alone.stop("queue")
 
 
 # --- Azurite never outlives the launcher ----------------------------------------------

@@ -5,7 +5,6 @@ scheduled messages, with exact states and outputs."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import signal
 import subprocess
@@ -13,92 +12,24 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from handlers import (
-    HandlerContext,
     InMemoryPublisher,
     Message,
-    PoisonEntry,
     Processor,
     QueueConsumer,
     QueuePublisher,
-    encode_envelope,
-    handler,
     read_queue_text,
 )
 from handlers.examples import Order, orders
 from tests.helpers import drain
-
-
-@dataclass
-class Tally:
-    total: int = 0
-    seen: list[str] = field(default_factory=list)
-
-
-@handler("Tally", Tally, types=["Add", "Slow", "Broken"])
-def tally(state: Tally, message: Message, ctx: HandlerContext) -> None:
-    body = message.body or {}
-    if message.type == "Broken":
-        raise RuntimeError(f"cannot add {body.get('n')!r}")
-    if message.type == "Slow":
-        time.sleep(body["seconds"])  # longer than the lock: no effect on the state
-    state.total += body.get("n", 0)
-    state.seen.append(message.id)
-    ctx.publish("Added", {"total": state.total, "by": message.id})
-
-
-@pytest.fixture(scope="module")
-def queues(connection_string: str) -> QueueServiceClient:
-    return QueueServiceClient.from_connection_string(connection_string)
-
-
-@pytest.fixture
-def queue(queues: QueueServiceClient) -> Iterator[QueueClient]:
-    """A fresh input queue (and its poison queue), deleted after the test."""
-    name = f"in-{uuid.uuid4().hex[:12]}"
-    client = queues.get_queue_client(name)
-    client.create_queue()
-    yield client
-    for made in (name, f"{name}-poison", f"{name}-out"):
-        with contextlib.suppress(ResourceNotFoundError):
-            queues.delete_queue(made)
-
-
-def send(queue: QueueClient, message: Message, *, plain: bool = False) -> None:
-    text = encode_envelope(message)
-    queue.send_message(text if plain else base64.b64encode(text.encode()).decode())
-
-
-def poison_of(queues: QueueServiceClient, queue: QueueClient) -> list[PoisonEntry]:
-    try:
-        return [
-            PoisonEntry.decode(t)
-            for t in drain(queues.get_queue_client(f"{queue.queue_name}-poison"))
-        ]
-    except ResourceNotFoundError:
-        return []
-
-
-def add(n: int, key: str, value: int, type: str = "Add", **body: object) -> Message:
-    return Message(f"m-{n}", key, type, {"n": value, **body})
-
-
-def states(processor: Processor[Tally], *keys: str) -> dict[str, tuple[int, Tally]]:
-    found = {}
-    for key in keys:
-        current = processor.current_state(key)
-        found[key] = (current.version, current.state)
-    return found
+from tests.queueing import Tally, add, poison_of, send, states, tally
 
 
 def test_a_page_is_processed_completed_and_its_bad_messages_poisoned(

@@ -58,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         help="broker: a simulated broker over a shuffled log (every fault point); queue: "
         "Azurite's Queue service, consumers with short locks, killed worker processes",
     )
+    parser.add_argument(
+        "--outages", type=int, default=1, help="queue mode: Table service outages (it alone stops)"
+    )
+    parser.add_argument(
+        "--outage-seconds", type=float, default=10.0, help="queue mode: how long each outage lasts"
+    )
+    parser.add_argument(
+        "--hostile", type=float, default=0.02, help="queue mode: share of texts that are hostile"
+    )
     args = parser.parse_args(argv)
     if args.mode == "queue":
         queue_config = QueueChaosConfig(
@@ -66,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             processes=args.processes,
             keys=args.keys,
             restarts=args.restarts,
+            outages=args.outages,
+            outage_seconds=args.outage_seconds,
+            hostile=args.hostile,
         )
         queue_report = run_queue(queue_config)
         print(queue_report.table())

@@ -1,22 +1,19 @@
 """The chaos harness on a real queue: Azurite's Queue service is the broker.
 
 A producer sends the ledger workload to a queue for ``duration`` seconds,
-each message one to three times (the later copies seconds apart), and a few
-texts that are not messages. Worker processes consume it with
-:class:`QueueConsumer` and publish outputs to an output queue; their locks
-are short, some handler runs outlast them (half the workers do not renew),
-the coordinator kills a worker by its PID every few seconds and starts
-another, and Azurite (tables and queues, kept on disk) restarts midway.
+each message one to three times (the later copies seconds apart), and
+hostile texts among them (``tests.hostile_texts``: not JSON, fields of the
+wrong type, dates out of the calendar, lone surrogates, huge numbers, deep
+nesting, bad markers, keys the table cannot store...). Worker processes
+consume it with :class:`QueueConsumer` and publish outputs to an output
+queue; their locks are short, some handler runs outlast them (half the
+workers do not renew), the coordinator kills a worker by its PID every few
+seconds and starts another, the Table service alone stops for a while (an
+outage: the Queue service runs on), and Azurite (tables and queues, kept on
+disk) restarts midway.
 
-When the input queue is empty, the oracle reads storage and both queues:
-
-- each key's stored versions are distinct messages that were sent to it,
-  and the serial fold of them, in the order stored, gives each version's
-  state (the ledger's hash chain catches a lost, doubled or reordered one);
-- the output queue holds exactly the outputs of the stored messages, every
-  copy of one id identical to the model's output;
-- every message sent and not stored, and every text that is not a message,
-  is in the poison queue with a reason; nothing is left on the input queue.
+When the input queue is empty, the oracle (``queue_oracle``) reads storage
+and both queues.
 """
 
 from __future__ import annotations
@@ -32,20 +29,18 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueServiceClient
 
 from azurite.launcher import AzuriteTable
-from handlers import InMemoryPublisher, Message, PoisonEntry, Processor, encode_envelope
-from handlers import read_queue_text as read_text
+from handlers import Message, encode_envelope
 from streamstone_py import WireTableClient
-from tests.helpers import drain
+from tests.hostile_texts import HOSTILE
 
-from .ledger import fold, ledger
+from .queue_oracle import QueueReport, check
 
 __all__ = ["QueueChaosConfig", "QueueReport", "run_queue"]
 
@@ -66,51 +61,21 @@ class QueueChaosConfig:
     rate: float = 40.0
     #: Most seconds to wait for the input queue to empty after the sending.
     settle: float = 300.0
-
-
-@dataclass
-class QueueReport:
-    seconds: float = 0.0
-    messages: int = 0
-    copies: int = 0
-    garbage: int = 0
-    stored: int = 0
-    outputs: int = 0
-    output_copies: int = 0
-    poisoned: int = 0
-    poisoned_stored: int = 0
-    kills: int = 0
-    restarts: int = 0
-    #: What the workers that stopped gracefully counted (killed ones cannot tell).
-    consumers: Counter[str] = field(default_factory=Counter)
-    violations: list[str] = field(default_factory=list)
-
-    def table(self) -> str:
-        rows = [
-            ("seconds", f"{self.seconds:.1f}"),
-            ("messages (distinct)", f"{self.messages}"),
-            ("queue messages sent (copies)", f"{self.copies}"),
-            ("texts that are not messages", f"{self.garbage}"),
-            ("messages stored", f"{self.stored}"),
-            ("outputs (distinct / copies on the queue)", f"{self.outputs} / {self.output_copies}"),
-            ("poison entries", f"{self.poisoned}"),
-            ("  of them for a stored message (crashed receives)", f"{self.poisoned_stored}"),
-            ("workers killed", f"{self.kills}"),
-            *(
-                (f"  stopped workers' {name.replace('_', ' ')}", f"{self.consumers[name]}")
-                for name in ("lost_locks", "renewed", "abandoned", "faulted", "duplicates")
-            ),
-            ("Azurite restarts", f"{self.restarts}"),
-            ("violations", f"{len(self.violations)}"),
-        ]
-        width = max(len(name) for name, _ in rows)
-        lines = [f"{name:<{width}}  {value}" for name, value in rows]
-        return "\n".join(lines + [f"  VIOLATION: {v}" for v in self.violations])
+    #: Share of the texts sent that are hostile (not messages).
+    hostile: float = 0.02
+    #: Outages of the Table service alone, spread over the sending, and their length.
+    outages: int = 1
+    outage_seconds: float = 10.0
 
 
 def _message(picks: random.Random, n: int, keys: list[str]) -> Message:
     kind = picks.choices(["Deposit", "Withdraw", "Audit", "StrictWithdraw"], [45, 30, 15, 10])[0]
     return Message(f"q-{n}", picks.choice(keys), kind, {"amount": picks.randint(1, 100)})
+
+
+def _spread(start: float, duration: float, count: int) -> list[float]:
+    """``count`` instants spread evenly over ``duration`` seconds from ``start``."""
+    return [start + duration * (n + 1) / (count + 1) for n in range(count)]
 
 
 def _patiently(action: Any, *args: Any, **kwargs: Any) -> Any:
@@ -172,26 +137,27 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
         table = WireTableClient.from_connection_string(connection, table_name)
         table.create_table()
         stats_file = os.path.join(data, "consumer-stats.jsonl")
+        outcomes_file = os.path.join(data, "consumer-outcomes.jsonl")
         env = {**os.environ, "STREAMSTONE_CONNECTION_STRING": connection,
-               "CHAOS_STATS": stats_file}  # fmt: skip
+               "CHAOS_STATS": stats_file, "CHAOS_OUTCOMES": outcomes_file}  # fmt: skip
         workers = _Workers(config, env, [table_name, in_name, out_name])
         for _ in range(config.processes):
             workers.start()
         sent: dict[str, Message] = {}
-        garbage: set[str] = set()
+        hostile: dict[str, str] = {}  # text: how it breaks
         later: list[tuple[float, str]] = []  # (when, text): copies sent seconds apart
-        restarts_at = [
-            started + config.duration * (n + 1) / (config.restarts + 1)
-            for n in range(config.restarts)
-        ]
+        restarts_at = _spread(started, config.duration, config.restarts)
+        outages_at = _spread(started + config.duration / 8, config.duration, config.outages)
+        outage_ends: float | None = None
         next_kill = started + config.kill_every
         n = 0
         try:
             while (now := time.monotonic()) < started + config.duration or later:
                 if now < started + config.duration:
-                    if picks.random() < 0.01:
-                        text = f"garbage {n}: not a message"
-                        garbage.add(text)
+                    if picks.random() < config.hostile:
+                        form = picks.choice(sorted(HOSTILE))
+                        text = HOSTILE[form](picks, picks.choice(keys))
+                        hostile[text] = form
                         _patiently(queue.send_message, text)
                     message = _message(picks, n, keys)
                     n += 1
@@ -205,7 +171,15 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
                     _patiently(queue.send_message, text)
                     report.copies += 1
                     later.remove((when, text))
-                if restarts_at and now >= restarts_at[0]:
+                if outages_at and now >= outages_at[0] and outage_ends is None:
+                    outages_at.pop(0)
+                    azurite.stop("table")  # the Queue service runs on
+                    outage_ends = now + config.outage_seconds
+                    report.outages += 1
+                elif outage_ends is not None and now >= outage_ends:
+                    azurite.start("table")
+                    outage_ends = None
+                elif restarts_at and now >= restarts_at[0] and outage_ends is None:
                     restarts_at.pop(0)
                     azurite.restart()
                     report.restarts += 1
@@ -214,6 +188,8 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
                     report.kills += 1
                     next_kill = now + config.kill_every
                 time.sleep(1 / config.rate)
+            if outage_ends is not None:
+                azurite.start("table")
             deadline = time.monotonic() + config.settle
             while _patiently(queue.get_queue_properties).approximate_message_count:
                 if time.monotonic() > deadline:
@@ -225,86 +201,10 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
         with contextlib.suppress(FileNotFoundError), open(stats_file) as lines:
             for line in lines:
                 report.consumers.update(json.loads(line))
-        report.messages, report.garbage = len(sent), len(garbage)
-        _check(report, sent, garbage, table, service, in_name, out_name)
+        report.messages, report.hostile = len(sent), len(hostile)
+        with contextlib.suppress(FileNotFoundError), open(outcomes_file) as lines:
+            told = [json.loads(line) for line in lines if line.endswith("\n")]
+        check(report, sent, hostile, told, table, service, in_name, out_name)
         table.close()
     report.seconds = time.monotonic() - started
     return report
-
-
-def _check(
-    report: QueueReport,
-    sent: dict[str, Message],
-    garbage: set[str],
-    table: Any,
-    service: QueueServiceClient,
-    in_name: str,
-    out_name: str,
-) -> None:
-    violations = report.violations
-    reader = Processor(ledger, table, InMemoryPublisher())
-    by_key: dict[str, list[Message]] = defaultdict(list)
-    for message in sent.values():
-        by_key[message.key].append(message)
-    stored: set[str] = set()
-    expected: dict[str, Message] = {}
-    for key in sorted(by_key):
-        versions = list(reader.history(key))
-        ids = [v.message_id for v in versions]
-        if [v.version for v in versions] != list(range(1, len(versions) + 1)):
-            violations.append(f"{key}: versions {[v.version for v in versions]} are not 1..n")
-        doubled = [i for i, c in Counter(ids).items() if c > 1]
-        if doubled:
-            violations.append(f"{key}: stored twice: {doubled}")
-        strangers = [i for i in ids if i not in sent or sent[i].key != key]
-        if strangers:
-            violations.append(f"{key}: stored messages never sent to it: {strangers}")
-            continue
-        steps = fold([sent[i] for i in ids])
-        for version, step in zip(versions, steps, strict=True):
-            if step.failure is not None:
-                violations.append(f"{key} v{version.version}: stored, but fails: {step.failure}")
-            elif ledger.encode_state(version.state) != step.state:
-                violations.append(f"{key} v{version.version}: state differs from the model")
-            for output in step.outputs:
-                expected[output.id] = output
-        stored.update(ids)
-    report.stored = len(stored)
-
-    copies: dict[str, set[str]] = defaultdict(set)
-    texts = drain(service.get_queue_client(out_name))
-    report.output_copies = len(texts)
-    for text in texts:
-        output = read_text(text)
-        copies[output.id].add(text)
-        if expected.get(output.id) != output:
-            violations.append(f"output {output.id} is not the model's: {output}")
-    report.outputs = len(copies)
-    violations += [f"output {i} has copies that differ" for i, c in copies.items() if len(c) > 1]
-    missing = sorted(set(expected) - set(copies))
-    if missing:
-        violations.append(f"outputs of stored messages never published: {missing[:5]}")
-
-    poisoned: set[str] = set()
-    with contextlib.suppress(AzureError):
-        for text in drain(service.get_queue_client(f"{in_name}-poison")):
-            entry = PoisonEntry.decode(text)
-            report.poisoned += 1
-            if not entry.reason:
-                violations.append(f"poison entry without a reason: {entry}")
-            if entry.content in garbage:
-                poisoned.add(entry.content)
-                continue
-            message_id = read_text(entry.content).id
-            poisoned.add(message_id)
-            report.poisoned_stored += message_id in stored
-    lost = sorted(set(sent) - stored - poisoned)
-    if lost:
-        violations.append(f"sent, neither stored nor poisoned: {lost[:10]} ({len(lost)})")
-    if garbage - poisoned:
-        violations.append(
-            f"texts that are not messages, not poisoned: {sorted(garbage - poisoned)}"
-        )
-    left = drain(service.get_queue_client(in_name))
-    if left:
-        violations.append(f"{len(left)} queue messages left on the input queue")

@@ -21,7 +21,7 @@ from datetime import timedelta
 
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from handlers import Processor, QueueConsumer, QueuePublisher
+from handlers import Processor, QueueConsumer, QueueOutcome, QueuePublisher
 from streamstone_py import WireTableClient
 
 from . import ledger as ledger_module
@@ -51,9 +51,20 @@ def main() -> None:
     publisher = QueuePublisher(service, lambda m: out_name)
     processor = Processor(ledger_module.ledger, table, publisher)
     queue = QueueClient.from_connection_string(connection, in_name)
+    told = open(os.environ["CHAOS_OUTCOMES"], "a", buffering=1)  # noqa: SIM115 (until killed)
+    writing = threading.Lock()
+
+    def tell(outcome: QueueOutcome) -> None:
+        """Each message not completed, as it happens: a killed worker told it already."""
+        if outcome.action in ("abandoned", "faulted", "poisoned"):
+            line = {"action": outcome.action, "id": outcome.message_id,
+                    "receive": outcome.dequeue_count, "reason": outcome.reason}  # fmt: skip
+            with writing:
+                told.write(json.dumps(line) + "\n")
+
     consumer = QueueConsumer(
         processor, queue, visibility_timeout=lock, renew_locks=renew == "1", workers=4,
-        backoff=timedelta(seconds=1), max_backoff=timedelta(seconds=4),
+        backoff=timedelta(seconds=1), max_backoff=timedelta(seconds=4), on_outcome=tell,
     )  # fmt: skip
     with consumer.stop_on_signals():
         stats = consumer.run(idle_wait=0.2)

@@ -20,40 +20,57 @@ from .oracle import Fates, StoredKey, check
 SEED = 20261121
 
 
+def _regions(report: Report) -> dict[str, bool]:
+    """Whether the run reached each region a pass must have gone through to prove anything."""
+    return {
+        "every fault kind": all(report.faults[kind] > 0 for kind in KINDS),
+        "a lost answer that committed": report.ambiguous["committed"] >= 1,
+        "transactions": report.chunks["batch"] > 0,
+        "single writes": report.chunks["single"] > 0,
+        # The regions of issue 11.
+        "long chunks": report.long_chunks > 0,
+        "split writes": report.splits > 0,
+        "retains": report.retains > 0,
+        "versions removed by a retain": report.retained_versions > 0,
+        "interrupted retains": report.retains_interrupted > 0,
+        "a final retain that removed": report.final_retained > 0,
+        "states of both classes": report.states_by_version[1] > 0
+        and report.states_by_version[2] > 0,
+        "handler failures": report.handler_failures > 0,
+    }
+
+
 @pytest.mark.timeout(600)
 def test_short_run_settles_with_no_violation() -> None:
-    config = ChaosConfig(
-        seed=SEED,
-        messages=400,
-        threads=2,
-        processes=1,
-        keys=6,
-        restarts=1,
-        hard_share=0.2,
-        long_share=0.05,
-        retain_share=0.08,
-    )
-    report = run(config)
-    print(report.table())
-    assert report.violations == []
-    assert report.messages == 400
-    assert report.restarts == 1
-    assert report.process_kills >= 1
-    assert {kind: report.faults[kind] > 0 for kind in KINDS} == dict.fromkeys(KINDS, True)
-    assert report.ambiguous["committed"] >= 1
-    assert report.chunks["batch"] > 0
-    assert report.chunks["single"] > 0
-    # The regions of issue 11: each must be reached, or the pass proves nothing there.
-    assert report.long_chunks > 0
-    assert report.splits > 0
-    assert report.retains > 0
-    assert report.retained_versions > 0
-    assert report.retains_interrupted > 0
-    assert report.final_retained > 0
-    assert report.evolutions == 1
-    assert report.states_by_version[1] > 0
-    assert report.states_by_version[2] > 0
-    assert report.handler_failures > 0
+    # Which regions a run reaches follows the wall clock (retention's limit,
+    # which copies arrive as duplicates), so a region one seed misses on a
+    # fast or a loaded machine is asked of the next; every run must be clean.
+    missed: set[str] | None = None  # the regions no run so far has reached
+    for seed in (SEED, SEED + 1, SEED + 2):
+        config = ChaosConfig(
+            seed=seed,
+            messages=400,
+            threads=2,
+            processes=1,
+            keys=6,
+            restarts=1,
+            hard_share=0.2,
+            long_share=0.05,
+            retain_share=0.08,
+        )
+        report = run(config)
+        print(report.table())
+        assert report.violations == []
+        assert report.errors == []
+        assert report.messages == 400
+        assert report.restarts == 1
+        assert report.process_kills >= 1
+        assert report.evolutions == 1
+        unreached = {name for name, hit in _regions(report).items() if not hit}
+        missed = unreached if missed is None else missed & unreached
+        if not missed:
+            return
+    pytest.fail(f"no run of seeds {SEED} to {SEED + 2} reached: {sorted(missed or ())}")
 
 
 def _figures(report: Report) -> dict[str, object]:
@@ -313,16 +330,19 @@ def test_read_back_finds_the_kept_versions_of_a_long_truncated_stream(table: Tab
 
 @pytest.mark.timeout(300)
 def test_queue_mode_settles_with_no_violation() -> None:
-    """The queue mode, short: real queues, killed workers, lost locks, a restart."""
+    """The queue mode, short: real queues, hostile texts, killed workers, lost locks, a
+    Table service outage, a restart."""
     from .queue_mode import QueueChaosConfig, run_queue
 
     report = run_queue(
-        QueueChaosConfig(seed=SEED, duration=12, processes=2, keys=6, restarts=1, kill_every=3)
-    )
+        QueueChaosConfig(seed=SEED, duration=16, processes=2, keys=6, restarts=1, kill_every=3,
+                         hostile=0.05, outages=1, outage_seconds=4)
+    )  # fmt: skip
     print(report.table())
     assert report.violations == []
     assert report.restarts == 1
     assert report.kills >= 3
     assert report.stored > 0
     assert report.output_copies > report.outputs  # duplicates published their outputs again
-    assert report.poisoned >= report.garbage
+    assert report.poisoned >= report.hostile > 0
+    assert report.outages == 1

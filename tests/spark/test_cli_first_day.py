@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -86,7 +87,8 @@ def test_exit_3_names_each_unsettled_message_where_the_handler_failed_and_dead_l
     assert done.returncode == 3, done.stderr[-3000:]
     notes = done.stdout.split("\n  ----")[-1].splitlines()[1:]
     assert notes == [
-        "  all 2 abandoned or faulted messages (exit status 3: deliver the input again):",
+        "  all 2 abandoned or faulted messages (exit status 3: fix the handler, then deliver "
+        "the input again):",
         f"    abandoned 'a-6' of key 'c1': {FAILED}",
         f"    abandoned 'a-7' of key 'c1': an earlier message of key 'c1' failed: {FAILED}",
         "  every one, with its reason: out/outcomes (status abandoned or faulted)",
@@ -225,7 +227,7 @@ def test_refusals_name_the_flag_or_variable_to_fix(
 
 
 def test_the_summary_names_the_first_five_unsettled_messages_and_counts_the_rest() -> None:
-    figures: dict[str, int] = {
+    figures: dict[str, Any] = {
         "messages_in": 9, "processed": 2, "duplicates": 0, "new_outputs": 0,
         "reemitted_outputs": 0, "dead_lettered": 0, "abandoned": 6, "faulted": 1,
         "conflicts_retried": 0,
@@ -236,20 +238,37 @@ def test_the_summary_names_the_first_five_unsettled_messages_and_counts_the_rest
     notes = Summary(**figures, unsettled=shown).table("out").split("------\n")[-1].splitlines()
     assert notes == [
         "  the first 5 of 7 abandoned or faulted messages (exit status 3: deliver the input "
-        "again):",
+        "again, which is safe):",
         *(f"    abandoned 'm-{n}' of key 'k': reason {n} second line" for n in range(5)),
         "  every one, with its reason: out/outcomes (status abandoned or faulted)",
     ]
     one = {**figures, "abandoned": 0, "faulted": 1}
     only = (Unsettled("faulted", "k", "m-9", "TimeoutError: read timed out"),)
     assert Summary(**one, unsettled=only, retained_nothing=1).table().splitlines()[-4:] == [
-        "  the one abandoned or faulted message (exit status 3: deliver the input again):",
+        "  the one abandoned or faulted message (exit status 3: deliver the input again, "
+        "which is safe):",
         "    faulted 'm-9' of key 'k': TimeoutError: read timed out",
         "  every one, with its reason: the outcomes (status abandoned or faulted)",
         "  retention removed nothing from 1 keys: the versions a run touches always stay (its "
         "duplicates' too), so rerunning the same input removes none; a later run with newer "
         "messages does",
     ]
+    # The advice fits the input: a handler to fix first; a queue that redelivers by itself.
+    failing = Summary(**figures, unsettled=shown, handler_failures=1)
+    assert (
+        failing.table("out").count("(exit status 3: fix the handler, then deliver the input") == 1
+    )
+    assert (
+        failing.table("out", ("orders", 5)).count(
+            "(exit status 3; queue 'orders' delivers each again by itself after its backoff, and "
+            "poisons one still failing on receive 5: fix the handler before then):"
+        )
+        == 1
+    )
+    assert Summary(**one, unsettled=only).advice(("orders", 5)) == (
+        "exit status 3; queue 'orders' delivers each again by itself after its backoff, and "
+        "poisons one still failing on receive 5"
+    )
     settled = {**figures, "abandoned": 0, "faulted": 0}
     assert (
         Summary(**settled, unsettled=()).table().endswith("-" * 42)

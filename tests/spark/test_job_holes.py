@@ -147,13 +147,24 @@ def test_a_sent_at_column_that_is_missing_or_of_another_type_is_refused(
 ) -> None:
     client(table_name)
     path = write_jsonl(tmp_path / "in.jsonl", [note(1, "k", 5)])
-    for column, message in (
-        ("nope", "sent-at column 'nope' is not in the input"),
-        ("at", "sent-at column 'at' is of type bigint: give a timestamp"),
+    spark.read.json(path).write.parquet(str(tmp_path / "in.parquet"))  # ``at`` a bigint there
+    for column, fmt, message in (
+        ("nope", "json", "sent-at column 'nope' is not in the input"),
+        ("nope", "parquet", "sent-at column 'nope' is not in the input"),
+        ("at", "parquet", "sent-at column 'at' is of type bigint: give a timestamp"),
     ):
         settings = JobSettings(table=table_name, handler="shooting_range", sent_at=column)
+        source = path if fmt == "json" else str(tmp_path / "in.parquet")
         with pytest.raises(ValueError, match=message):
-            run_batch(spark, path, str(tmp_path / column), settings)
+            run_batch(spark, source, str(tmp_path / column), settings, input_format=fmt)
+    # A JSON line's column is text, whatever its JSON type: a number is no time.
+    settings = JobSettings(
+        table=table_name, handler="tests.spark.test_job_holes:stamp", sent_at="at"
+    )
+    summary = run_batch(spark, path, str(tmp_path / "number"), settings)
+    assert (summary.processed, summary.dead_lettered) == (0, 1)
+    (dead,) = rows_of(spark, str(tmp_path / "number" / "dead_letters"))
+    assert dead["reason"] == "sent time '5' (column 'at') is not an ISO-8601 time"
 
 
 # --- 5. outputs sent to another key ----------------------------------------------

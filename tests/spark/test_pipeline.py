@@ -38,8 +38,8 @@ def client(table: str) -> TableClient:
     return service_table
 
 
-def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r) for r in spark.read.parquet(f"{path}/outputs").collect())
+def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:  # but when produced
+    return sorted(map(tuple, spark.read.parquet(f"{path}/outputs").drop("produced").collect()))
 
 
 def outcomes(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:

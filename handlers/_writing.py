@@ -1,0 +1,114 @@
+"""A batch's write: folded over the stored header, written conditionally,
+folded again on what a refused write tells (a rival's conflict, a message
+stored before, an outbox row in the way), until a write holds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from streamstone_py import (
+    ConcurrencyConflictError,
+    DuplicateEventError,
+    IncludedOperationConflictError,
+    Partition,
+)
+
+from ._cache import BatchHeader
+from ._fold import Folder
+from ._message import Message
+from ._outcome import Found, Plan
+
+if TYPE_CHECKING:
+    from ._processor import Processor
+
+__all__ = ["store_batch"]
+
+
+def store_batch(
+    processor: Processor[Any], key: str, partition: Partition, messages: Sequence[Message]
+) -> Plan:
+    """Fold the batch over the stored header and write it, until a write
+    holds (or nothing needs writing): the plan that was stored."""
+    folder = Folder(
+        processor._strategy,
+        processor._now,
+        processor.late_duplicates,
+        getattr(processor.publisher, "check", None),
+    )
+    stored: dict[str, Found] = {}
+    header = BatchHeader(processor.store, processor.cache, partition)
+    conflicts = 0
+    while True:
+        stream = header.stream()
+        plan = folder.fold(key, messages, stream, stored)
+        if header.guessing and not confirmed_by_write(plan):
+            header.read_instead()  # decide these outcomes on the stored header
+            continue
+        if not plan.events:
+            return plan
+        try:
+            written = processor.store.write(stream, plan.events)
+            header.written(stream, written.stream)
+            return plan
+        except ConcurrencyConflictError as exc:
+            keep_committed(exc, plan, stored)
+            if header.refused(exc.current):
+                continue  # the guess was stale: not a rival's conflict
+            conflicts += 1
+            with processor._counting:
+                processor.stats.conflicts_retried += 1
+            if conflicts >= processor.max_attempts:
+                raise
+            time.sleep(processor.retry.delay(conflicts))
+            header.read_instead()  # after the pause, read afresh
+        except DuplicateEventError as exc:
+            # Stored before (an earlier delivery or a rival): resolve it and
+            # the batch's other stored messages as duplicates.
+            keep_committed(exc, plan, stored)
+            unresolved = list({m.id: m for m in messages if m.id not in stored}.values())
+            stored.update(processor._strategy.replay_window(key, unresolved, exc.id))
+            header.read_instead()
+        except IncludedOperationConflictError as exc:
+            keep_committed(exc, plan, stored)
+            found = processor._strategy.owner(messages, exc)
+            if found is None:
+                raise
+            stored[found.id] = folder.replay_or_error(key, found)
+            header.read_instead()
+
+
+def confirmed_by_write(plan: Plan) -> bool:
+    """Whether the plan's write, if it succeeds, proves every outcome right.
+
+    A conditional write succeeds only on the header the plan folded over, so
+    completed messages (and their copies inside the batch) are right.
+    Anything else was decided without a write, on a header that may be
+    stale: an abandoned message, a duplicate of a stored one.
+    """
+    if not plan.events:
+        return False
+    done = {s.message.id for s in plan.steps if s.status == "completed"}
+    return all(
+        s.status == "completed" or (s.status == "duplicate" and s.message.id in done)
+        for s in plan.steps
+    )
+
+
+def keep_committed(
+    error: DuplicateEventError | ConcurrencyConflictError | IncludedOperationConflictError,
+    plan: Plan,
+    stored: dict[str, Found],
+) -> None:
+    """Earlier transactions of a split write committed: those messages are done.
+
+    Their header holds the state after them, so the next fold starts there
+    and reports them as completed by this call, with their outputs.
+    """
+    if error.committed is None:
+        return
+    ids = {e.id for e in error.committed.events}
+    for step in plan.steps:
+        if step.status == "completed" and step.message.id in ids:
+            stored[step.message.id] = step

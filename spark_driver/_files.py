@@ -1,0 +1,123 @@
+"""The driver's reach into the file system Spark reads and writes (local,
+ABFS, ...), through Hadoop's ``FileSystem`` in Spark's JVM: what a path
+holds, and the small records the job keeps beside Spark's in a checkpoint."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+__all__ = [
+    "canonical", "delete", "exists", "glob_escaped", "listed", "names", "read_text", "shown",
+    "skipped",
+    "write_text",
+]  # fmt: skip
+
+
+def canonical(uri: str) -> str:
+    """A file's URI as Spark's file metadata (``_metadata.file_path``) names it:
+    Hadoop writes a local file as ``file:/...`` there and ``file:///...`` in a
+    checkpoint's source log; other schemes are written alike in both."""
+    return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
+
+
+def _path(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """The Hadoop file system of ``path``, and the path as Hadoop's ``Path``."""
+    jvm: Any = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    return hadoop_path.getFileSystem(conf), hadoop_path
+
+
+def delete(spark: SparkSession, path: str) -> None:
+    """Delete a path, and what is under it."""
+    fs, hadoop_path = _path(spark, path)
+    fs.delete(hadoop_path, True)
+
+
+def exists(spark: SparkSession, uri: str) -> bool:
+    """Whether the file named by ``uri`` (as Spark's file metadata names it) exists."""
+    jvm: Any = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri))
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    return bool(hadoop_path.getFileSystem(conf).exists(hadoop_path))
+
+
+def read_text(spark: SparkSession, path: str) -> str | None:
+    """A small file's text, or None when there is none."""
+    fs, hadoop_path = _path(spark, path)
+    if not fs.exists(hadoop_path):
+        return None
+    jvm: Any = spark.sparkContext._jvm
+    stream = fs.open(hadoop_path)
+    try:
+        return bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode("utf-8")
+    finally:
+        stream.close()
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write a small file whole: beside it first, then renamed over it, so that
+    a reader finds the old text or the new one, never a part."""
+    fs, hadoop_path = _path(spark, path)
+    jvm: Any = spark.sparkContext._jvm
+    beside = jvm.org.apache.hadoop.fs.Path(hadoop_path.getParent(), f".{uuid.uuid4().hex}.tmp")
+    stream = fs.create(beside, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+    fs.delete(hadoop_path, False)
+    if not fs.rename(beside, hadoop_path):
+        raise OSError(f"could not write {path!r}")
+
+
+def listed(spark: SparkSession, directory: str) -> list[tuple[str, int]]:
+    """The files directly in ``directory`` that Spark's file source would read
+    (not those whose names it skips), each as ``(uri, modification time in
+    ms)``, oldest first (then by name), the order in which a stream takes them."""
+    fs, hadoop_path = _path(spark, directory)
+    if not fs.exists(hadoop_path):
+        return []
+    found = []
+    for status in fs.listStatus(hadoop_path):
+        name = status.getPath().getName()
+        if status.isFile() and not skipped(name):
+            uri = canonical(str(status.getPath().toUri().toString()))
+            found.append((uri, int(status.getModificationTime())))
+    return sorted(found, key=lambda entry: (entry[1], entry[0]))
+
+
+def names(spark: SparkSession, directory: str) -> set[str]:
+    """The names of what is directly in ``directory`` (none if it is not there)."""
+    fs, hadoop_path = _path(spark, directory)
+    if not fs.exists(hadoop_path):
+        return set()
+    return {str(status.getPath().getName()) for status in fs.listStatus(hadoop_path)}
+
+
+def skipped(name: str) -> bool:
+    """Whether Spark's file listing leaves a file of this name out: a name that
+    starts with ``.`` or ``_`` (hidden, or in progress: Spark's own writers
+    and Hadoop's use such names), or ends with ``._COPYING_`` (Hadoop's copy
+    in progress)."""
+    return name.startswith((".", "_")) or name.endswith("._COPYING_")
+
+
+def shown(spark: SparkSession, uri: str) -> str:
+    """A file's URI as a person reads it: its path decoded (``file:/in/a b.json``)."""
+    jvm: Any = spark.sparkContext._jvm
+    return str(jvm.org.apache.hadoop.fs.Path(jvm.java.net.URI(uri)).toString())
+
+
+#: What Hadoop's path globbing reads as a pattern rather than a name.
+_GLOB = re.compile(r"([\\*?\[\]{}])")
+
+
+def glob_escaped(path: str) -> str:
+    """``path`` as a reader's argument that names that one file, whatever its
+    characters (Spark expands patterns in the paths it is given)."""
+    return _GLOB.sub(r"\\\1", path)
