@@ -5,6 +5,7 @@ included), the stored versions and what was published.
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -159,8 +160,9 @@ def test_a_late_message_whose_record_is_gone_is_refused_alone(
 @handler("Repeater", types=["Say"])
 def repeater(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
     state["said"] = state.get("said", 0) + 1
+    said = message.body.get("id", f"{message.id}-said")
     for _ in range(2):  # the same output twice: one id, one content
-        ctx.publish("Said", {"text": message.body["text"]}, id=f"{message.id}-said")
+        ctx.publish("Said", {"text": message.body["text"]}, id=said)
 
 
 def test_a_handler_that_publishes_one_output_twice_is_processed(
@@ -170,11 +172,77 @@ def test_a_handler_that_publishes_one_output_twice_is_processed(
     p = Processor(repeater, table, publisher)
     message = Message("hello", game, "Say", {"text": "hi"})
 
-    (outcome,) = p.process_batch(game, [message])
+    # The message, and a copy of it in the same batch.
+    outcome, copy = p.process_batch(game, [message, message])
 
     assert (outcome.status, outcome.reason, len(outcome.outputs)) == ("completed", None, 2)
     said = outcome.outputs[0]
     assert (said.id, said.type, said.body) == ("hello-said", "Said", {"text": "hi"})
     assert outcome == Outcome(message, "completed", 1, (said, said))
-    assert publisher.deliveries == [said, said]
+    assert copy == Outcome(message, "duplicate", 1, (said, said))
+    assert publisher.deliveries == [said, said, said, said]
     assert p.current_state(game).state == {"said": 1}
+
+
+def test_an_output_id_an_earlier_message_published_otherwise_is_refused_alone(
+    table: TableClient, game: str
+) -> None:
+    # Both publish the output id "greeting": the second with other content.
+    publisher = InMemoryPublisher()
+    p = Processor(repeater, table, publisher)
+    first = Message("hello", game, "Say", {"text": "hi", "id": "greeting"})
+    second = Message("again", game, "Say", {"text": "ho", "id": "greeting"})
+    later = Message("later", game, "Say", {"text": "hm"})
+
+    done, refused, after = p.process_batch(game, [first, second, later])
+
+    reason = (
+        "output id 'greeting' of message 'again' was published by message 'hello' of this "
+        "batch with other content"
+    )
+    assert (done.status, after.status) == ("completed", "completed")
+    assert refused == Outcome(second, "abandoned", None, (), reason, kind="refused")
+    assert [o.body for o in publisher.deliveries] == [{"text": "hi"}] * 2 + [{"text": "hm"}] * 2
+    assert p.current_state(game).state == {"said": 2}
+
+
+@handler("Tokens", types=["Issue"])
+def tokens(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
+    token = ctx.capture("token", lambda: uuid.uuid4().hex)  # a value no replay can compute
+    state["issued"] = [*state.get("issued", []), token]
+    ctx.publish("Issued", {"token": token})
+
+
+def test_a_duplicate_is_replayed_with_the_values_its_original_captured(
+    table: TableClient, game: str
+) -> None:
+    p = Processor(tokens, table, InMemoryPublisher())
+    message = Message("t-1", game, "Issue")
+    first = p.process(message)
+
+    again = p.process(message)
+
+    (issued,) = first.outputs
+    assert again == Outcome(message, "duplicate", 1, (issued,))
+    assert p.current_state(game).state == {"issued": [issued.body["token"]]}
+
+
+def test_a_duplicate_whose_state_before_it_is_gone_is_refused_alone(
+    table: TableClient, game: str
+) -> None:
+    p, messages = fill(table, "state", game, 6)
+    p.retain(game, keep_last=2)  # keeps versions 4 to 6: version 4 is kept as a state only
+    kept = stored_ids(p, game)
+    fresh = Message("fresh", game, "FireAt", {"position": 9})
+
+    refused, completed = p.process_batch(game, [messages[3], fresh])
+
+    error = refused.error
+    assert isinstance(error, DuplicateOutsideWindowError)
+    assert (error.message_id, error.reason) == (
+        messages[3].id,
+        "its stored version or the one before it was removed by retention",
+    )
+    assert refused == Outcome(messages[3], "abandoned", None, (), str(error), kind="refused")
+    assert (completed.status, completed.version) == ("completed", 7)
+    assert stored_ids(p, game) == [*kept, "fresh"]
