@@ -172,7 +172,7 @@ def _resolve_chunk(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit 
             "first": partition.event_row_key(before.version + 1),
             "last": partition.event_row_key(version),
         },
-        page_size=1000,
+        page_size=len(chunk.events),  # the rows the range can hold: one page
     )
     found = [recorded_from_row(r.properties) for r in stored]
     expected = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from azurite.launcher import CONNECTION_STRING_ENV, account
 
-from . import report, tool
+from . import report, settings, tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         help="test these mutants again, whatever their verdict (globs of mutmut's names, "
         "e.g. 'streamstone_py._writes.*')",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="PATH",
+        help="mutate this module of modules.toml alone (repeatable), e.g. handlers/_codec.py",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
     parser.add_argument(
         "--fresh", action="store_true", help="forget every verdict: start from new mutants"
@@ -36,14 +42,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh:
         shutil.rmtree("mutants", ignore_errors=True)
     started = time.monotonic()
-    modules = tool.load_modules()
+    everything = settings.load_modules()
+    modules = everything
+    if args.only:
+        unknown = set(args.only) - {m.path for m in everything}
+        if unknown:
+            parser.error(f"not in tests/mutate/modules.toml: {', '.join(sorted(unknown))}")
+        modules = [m for m in everything if m.path in args.only]
     equivalents = report.Equivalents.load()
-    tool.configure(modules, debug=args.debug)
+    # Every module stays mutated (mutmut keeps the mutants of those it mutates
+    # only); those of this run are tested.
+    tool.configure(everything, debug=args.debug)
     with account(queues=True) as connection_string:
         # Every pytest that mutmut starts inherits it: the tests' fixtures use
         # this Azurite instead of starting their own.
         os.environ[CONNECTION_STRING_ENV] = connection_string
         tool.run(
+            everything,
             modules,
             args.jobs,
             lambda path, name: report.change_of(path, name) in equivalents,

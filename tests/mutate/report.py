@@ -19,7 +19,7 @@ from pathlib import Path
 from mutmut.mutation.diff_apply import get_diff_for_mutant
 from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
-from .tool import HERE, Module
+from .settings import HERE, Module
 
 #: Verdicts that count as caught: a test failed, or hung under the mutant.
 CAUGHT = {"killed", "timeout", "caught by type check", "segfault"}
@@ -81,16 +81,16 @@ def _toml(change: Change) -> str:
 def report(
     modules: list[Module], found: list[tuple[str, str, str]], equivalents: Equivalents
 ) -> bool:
-    """Print the scores and the new survivors; true if every module that must
-    have all its mutants killed has."""
+    """Print the new survivors, then the score of each module; true if every
+    module that must have all its mutants killed has."""
     counts: dict[str, Counter[str]] = {m.path: Counter() for m in modules}
     survivors: list[tuple[str, str, str, Change]] = []
     matched: set[Change] = set()
     for path, name, status in found:
         if path not in counts:
-            continue  # a module dropped from modules.toml: its old verdicts are not reported
+            continue  # a module not in this run: its verdicts are not reported
         if status in CAUGHT:
-            counts[path]["killed"] += 1
+            counts[path]["mypy" if status == TYPED else "killed"] += 1
             continue
         change = change_of(path, name)
         if change in equivalents:
@@ -100,36 +100,39 @@ def report(
         counts[path][status] += 1
         survivors.append((path, name, status, change))
 
-    print()
-    print(f"{'module':32} {'mutants':>8} {'killed':>7} {'equiv.':>7} {'left':>5} {'score':>7}")
-    ok = True
-    for module in modules:
-        c = counts[module.path]
-        total = sum(c.values())
-        left = total - c["killed"] - c["equivalent"]
-        judged = total - c["equivalent"]
-        score = f"{100 * c['killed'] / judged:.1f}%" if judged else "-"
-        detail = ", ".join(f"{n} {s}" for s, n in sorted(c.items()) if s not in CAUGHT_OR_EQ)
-        print(
-            f"{module.path:32} {total:>8} {c['killed']:>7} {c['equivalent']:>7} {left:>5} "
-            f"{score:>7}" + (f"  ({detail})" if detail else "")
-        )
-        if module.all_killed and left:
-            ok = False
-
     for path, name, status, change in survivors:
         print(f"\n=== {name} ({status}) in {path}")
         print(get_diff_for_mutant(name, path=path))
         print("If no test can tell it from the code, list it in tests/mutate/equivalent.toml:")
         print(_toml(change))
 
-    stale = set(equivalents.reasons) - matched
+    stale = {c for c in equivalents.reasons if c.module in counts} - matched
     for change in sorted(stale, key=lambda c: (c.module, c.function, c.before, c.after)):
         print(
             f"\nequivalent.toml lists a mutant that did not survive (killed, or the code "
             f"changed): {change.module} {change.function}: {change.before!r} -> {change.after!r}"
         )
+
+    print(f"\n{'module':28} {'mutants':>7} {'killed':>6} {'mypy':>5} {'equiv.':>6} {'left':>5} "
+          f"{'score':>6}")  # fmt: skip
+    ok = True
+    for module in modules:
+        c = counts[module.path]
+        total = sum(c.values())
+        caught = c["killed"] + c["mypy"]
+        left = total - caught - c["equivalent"]
+        judged = total - c["equivalent"]
+        score = f"{100 * caught / judged:.1f}%" if judged else "-"
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(c.items()) if s not in SCORED)
+        print(
+            f"{module.path:28} {total:>7} {c['killed']:>6} {c['mypy']:>5} {c['equivalent']:>6} "
+            f"{left:>5} {score:>6}" + (f"  ({detail})" if detail else "")
+        )
+        if module.all_killed and left:
+            ok = False
     return ok
 
 
-CAUGHT_OR_EQ = {"killed", "equivalent"}
+#: A mutant mypy --strict refuses cannot land (``make test`` runs it): caught.
+TYPED = "caught by type check"
+SCORED = {"killed", "mypy", "equivalent"}

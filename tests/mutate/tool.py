@@ -1,10 +1,12 @@
-"""mutmut, driven for this project: its configuration from ``modules.toml``,
-each mutant run against its own module's tests only, and survivors checked
-again on every run (mutmut keeps a verdict until the function changes, but
-a new test can kill a mutant that survived before).
+"""mutmut, driven for this project: its configuration from ``modules.toml``;
+each mutant run against the tests of its module's list that run a line it
+changes (measured by ``lines``), fastest first; survivors checked again on
+every run (mutmut keeps a verdict until the function changes, but a new test
+can kill a mutant that survived before).
 
 mutmut is pinned to one version in ``pyproject.toml``: this module sets its
-configuration and wraps one of its steps through its internals.
+configuration and replaces three of its steps through its internals (the
+tests of each mutant, its measuring run, its run of the unmutated tests).
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ import importlib
 import json
 import os
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,41 +29,17 @@ from mutmut.utils.file_utils import (
     setup_source_paths,
     walk_mutatable_files,
 )
-from mutmut.utils.format_utils import get_module_from_key
 
-HERE = Path(__file__).resolve().parent
-#: The packages copied into ``mutants/``: what the tests import besides ``tests``.
-PACKAGES = ["streamstone_py", "handlers", "spark_driver"]
+from .lines import Measured, measure, tests_of
+from .settings import PACKAGES, PYTEST_ARGS, Module
+
 #: The rest of the repository the tests import (the launcher and the proxy).
 ALSO_COPY = ["azurite/__init__.py", "azurite/launcher.py", "azurite/proxy.py"]
-#: What each mutant's pytest gets besides its tests: the same draws of every
-#: hypothesis test in every run (a verdict must not depend on luck), and a test
-#: that hangs under a mutant fails within two minutes, not the suite's five.
-PYTEST_ARGS = ["-p", "no:cacheprovider", "--hypothesis-seed=0", "--timeout=120"]
 #: mypy as ``make typecheck`` runs it, reporting on the mutated files alone
 #: (mutmut's generated lines carry ignores that may go unused).
 MYPY_ARGS = ["--output", "json", "--follow-imports", "silent", "--no-warn-unused-ignores"]
 #: Where the test lists each module's verdicts were reached with are kept.
 LISTS = Path("mutants") / "streamstone-test-lists.json"
-
-
-@dataclass(frozen=True)
-class Module:
-    path: str  # streamstone_py/_writes.py
-    tests: tuple[str, ...]
-    all_killed: bool
-
-    @property
-    def name(self) -> str:  # streamstone_py._writes, as mutmut names a mutant's module
-        return self.path.removesuffix(".py").replace("/", ".")
-
-
-def load_modules(path: Path = HERE / "modules.toml") -> list[Module]:
-    table = tomllib.loads(path.read_text())["modules"]
-    return [
-        Module(name, tuple(entry["tests"]), bool(entry.get("all_killed", False)))
-        for name, entry in table.items()
-    ]
 
 
 def configure(modules: list[Module], *, debug: bool = False) -> None:
@@ -108,21 +84,56 @@ def _cli() -> Any:
     return importlib.import_module("mutmut.__main__")
 
 
-def _only_own_tests(modules: list[Module]) -> None:
-    """After mutmut has found which tests call each function: keep, for each
-    function, only the tests in its module's list."""
-    allowed = {m.name: set(m.tests) for m in modules}
+def _select_tests(modules: list[Module], measured: Measured) -> None:
+    """Hand mutmut, for each mutant, the tests of its module's list that run a
+    line it changes, fastest first, in place of every test that calls its
+    function (which mutmut would learn from a run of its own: ``measure``'s
+    run replaces it).
+
+    mutmut looks a mutant's tests up by its function's name: that lookup gets
+    the mutant's own name, under which its tests are kept.
+    """
     cli = _cli()
-    original: Callable[..., None] = cli.collect_or_load_stats
+    by_function: Callable[[str], str] = cli.mangled_name_from_mutant_name
+    chosen: dict[str, set[str]] = {}
 
-    def collect(*args: Any, **kwargs: Any) -> None:
-        original(*args, **kwargs)
+    def load(*args: Any, **kwargs: Any) -> None:
+        lined = 0
         found = state().tests_by_mangled_function_name
-        for function, tests in found.items():
-            own = allowed.get(get_module_from_key(function), set())
-            found[function] = {t for t in tests if t.split("::")[0] in own}
+        found.clear()
+        state().duration_by_test.clear()
+        state().duration_by_test.update(measured.durations)
+        for module in modules:
+            own = set(module.tests)
+            names = [n for path, n, _ in verdicts() if path == module.path]
+            for name, tests, by_line in tests_of(
+                module.path, names, measured.lines.get(module.path, {})
+            ):
+                chosen[name] = {t for t in tests if t.split("::")[0] in own}
+                lined += by_line
+        found.update(chosen)
+        print(
+            f"    {len(chosen)} mutants: {lined} with the tests that run their lines, "
+            f"{len(chosen) - lined} (of a signature) with those that run their function"
+        )
 
-    cli.collect_or_load_stats = collect
+    def runner(*args: Any, **kwargs: Any) -> Any:
+        made = original_runner(*args, **kwargs)
+        submit = made.submit
+
+        def fastest_first(name: str, tests: list[str], *rest: Any) -> None:
+            submit(name, sorted(tests, key=lambda t: (measured.durations.get(t, 0.0), t)), *rest)
+
+        made.submit = fastest_first
+        # The measuring run ran every one of these tests on the code as it is,
+        # and stops `make mutate` if one fails; a kept measure is of that code.
+        made.run_clean_tests = lambda tests: 0
+        return made
+
+    original_runner = cli.get_mutant_runner
+    cli.collect_or_load_stats = load
+    cli.get_mutant_runner = runner
+    cli.mangled_name_from_mutant_name = lambda name: name if name in chosen else by_function(name)
 
 
 def _generate(children: int) -> None:
@@ -130,10 +141,12 @@ def _generate(children: int) -> None:
     ``mutmut run`` does first, so that the verdicts can be read before it runs."""
     for extra in ALSO_COPY:  # mutmut copies a file, not the directory it is in
         (Path("mutants") / extra).parent.mkdir(parents=True, exist_ok=True)
-    copy_src_dir()
-    copy_also_copy_files()
-    setup_source_paths()
-    _cli().create_mutants(children)
+    cli = _cli()
+    with cli.CatchOutput(spinner_title="Generating mutants"):  # a line per file otherwise
+        copy_src_dir()
+        copy_also_copy_files()
+        setup_source_paths()
+        cli.create_mutants(children)
 
 
 def verdicts() -> Iterator[tuple[str, str, str]]:
@@ -157,7 +170,9 @@ def _forget_modules_whose_tests_changed(modules: list[Module]) -> None:
 
 
 def _remember_test_lists(modules: list[Module]) -> None:
-    LISTS.write_text(json.dumps({m.path: list(m.tests) for m in modules}, indent=1))
+    before = json.loads(LISTS.read_text()) if LISTS.exists() else {}
+    before.update({m.path: list(m.tests) for m in modules})
+    LISTS.write_text(json.dumps(before, indent=1))
 
 
 #: Verdicts worth another run: nothing yet, or a mutant no test has killed so far.
@@ -165,25 +180,42 @@ RECHECK = {"not checked", "survived", "no tests", "suspicious", "check was inter
 
 
 def run(
+    everything: list[Module],
     modules: list[Module],
     children: int,
     equivalent: Callable[[str, str], bool],
     forced: tuple[str, ...] = (),
 ) -> None:
-    """Test the mutants that need it: new ones, and survivors that are not known
-    to be equivalent (``equivalent(path, name)``); ``forced`` globs: those again."""
-    _only_own_tests(modules)
-    _forget_modules_whose_tests_changed(modules)
+    """Test the mutants of ``modules`` that need it: new ones, and survivors
+    that are not known to be equivalent (``equivalent(path, name)``);
+    ``forced`` globs: those again."""
+    _forget_modules_whose_tests_changed(everything)
     _generate(children)
-    _remember_test_lists(modules)
-    names = list(forced) or [
-        name
+    _remember_test_lists(everything)
+    paths = {m.path for m in modules}
+    again = [
+        (path, name)
         for path, name, status in verdicts()
-        if status in RECHECK and not equivalent(path, name)
+        if path in paths and status in RECHECK and not equivalent(path, name)
     ]
-    if not names:
+    if not again and not forced:
         print("Every mutant has a verdict that stands; nothing to run.")
         return
-    print(f"Testing {len(names)} mutants.")
+    _select_tests(modules, measure(modules))
     os.environ.setdefault("PY_IGNORE_IMPORTMISMATCH", "1")
-    _cli()._run(names, children)
+    if forced or modules != everything:
+        _cli()._run(list(forced) or [name for _, name in again], children)
+        return
+    # mutmut runs, of the mutants not named, those without a verdict.
+    _forget_verdicts(again)
+    print(f"Testing {len(again)} mutants.")
+    _cli()._run([], children)
+
+
+def _forget_verdicts(mutants: list[tuple[str, str]]) -> None:
+    for path in {path for path, _ in mutants}:
+        data = SourceFileMutationData(path=Path(path))
+        data.load()
+        for _, name in (m for m in mutants if m[0] == path):
+            data.exit_code_by_key[name] = None
+        data.save()
