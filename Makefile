@@ -90,9 +90,10 @@ chaos: setup
 		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS) --mode $(MODE)
 
 # Mutation testing of the core modules (tests/mutate/modules.toml) against an
-# Azurite of its own: the score of each module and the mutants no test kills.
-# Verdicts are kept in mutants/ between runs; `make mutate MUTANTS='glob'` tests
-# those mutants again. See docs/reliability.md.
+# Azurite of its own, each mutant against the tests that run its lines: the
+# mutants no test kills, and each module's score. Verdicts are kept in mutants/
+# between runs; `make mutate MUTANTS='glob'` tests those mutants again. See
+# docs/reliability.md (about half an hour from nothing on two busy cores).
 mutate: setup
 	$(PY) -m tests.mutate $(MUTANTS)
 
