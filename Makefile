@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup wheel azurite demo demo-outbox demo-queue test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick clean
+.PHONY: setup wheel azurite demo demo-outbox demo-queue test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick mutate clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -89,6 +89,14 @@ chaos: setup
 	$(PY) -m tests.chaos --duration $(DURATION) --threads $(THREADS) \
 		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS) --mode $(MODE)
 
+# Mutation testing of the core modules (tests/mutate/modules.toml) against an
+# Azurite of its own, each mutant against the tests that run its lines: the
+# mutants no test kills, and each module's score. Verdicts are kept in mutants/
+# between runs; `make mutate MUTANTS='glob'` tests those mutants again. See
+# docs/reliability.md (about half an hour from nothing on two busy cores).
+mutate: setup
+	$(PY) -m tests.mutate $(MUTANTS)
+
 # Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 # The wheel of the three packages, for your own environment or a cluster.
 wheel: setup
@@ -101,4 +109,4 @@ bench-quick: setup
 	$(PY) benchmarks/run_all.py --quick
 
 clean:
-	rm -rf $(VENV) $(VENV35) azurite/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV35) azurite/node_modules .pytest_cache .mypy_cache .ruff_cache mutants

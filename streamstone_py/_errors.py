@@ -5,6 +5,7 @@
     │   └── StreamBeingDeletedError         a delete is pending: finish it
     ├── DuplicateEventError                 .id, .committed
     ├── IncludedOperationConflictError      .operation, .entity, .code, .committed
+    ├── PartialWriteError                   .committed, .__cause__
     └── StreamNotFoundError                 .deleting
 
 ``committed`` is what earlier transactions of a split write stored before
@@ -25,6 +26,9 @@ just after a conflict.
   tombstone: readers see a stream being deleted as gone).
 - :class:`IncludedOperationConflictError`: an included entity could not be
   written (it already exists, or its ETag is stale, or it is missing).
+- :class:`PartialWriteError`: a write split over several transactions stored
+  some of them, then stopped on an error that is none of the above (its
+  ``__cause__``): ``committed`` says what is stored.
 
 Bad arguments are not storage outcomes: they raise the built-in ``ValueError``
 or ``TypeError``, naming the bad value, before any request is sent (an id
@@ -33,7 +37,8 @@ partition's :class:`RetryPolicy`; a write whose outcome stayed unknown is
 resolved by reading the stream, so it ends as a success or as one of the
 errors above. What remains after the retries, and the Azure SDK's errors that
 the engine cannot interpret (authentication, a missing table), propagate
-unchanged.
+unchanged, unless earlier transactions of the same write were stored: then
+the caller gets a :class:`PartialWriteError` with that error as its cause.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ __all__ = [
     "ConcurrencyConflictError",
     "DuplicateEventError",
     "IncludedOperationConflictError",
+    "PartialWriteError",
     "StreamBeingDeletedError",
     "StreamNotFoundError",
     "StreamstoneError",
@@ -141,3 +147,30 @@ class IncludedOperationConflictError(_WriteError):
         self.operation = operation
         self.entity = entity
         self.code = code
+
+
+class PartialWriteError(_WriteError):
+    """A write split over several transactions stored some of them, then
+    stopped on an error that is none of the engine's outcomes: a fault that
+    outlasted the retries or the call's deadline, an error the engine does
+    not interpret. That error is ``__cause__``, the one the caller would have
+    got had nothing been stored.
+
+    ``committed`` is what the earlier transactions stored (never ``None``
+    here). If the cause left the outcome of the failing transaction unknown
+    (its answer was lost, and the reads that would tell failed too), that
+    transaction may be stored as well: read the stream to know
+    (``Stream.find`` gives the version of an event id, or ``None``).
+    """
+
+    committed: WriteResult
+
+    def __init__(self, partition: Partition, committed: WriteResult, cause: Exception) -> None:
+        lines = str(cause).splitlines()
+        super().__init__(
+            partition,
+            f"A write split over several transactions stopped after {len(committed.events)} "
+            f"of its events were stored, up to version {committed.stream.version}: "
+            f"{type(cause).__name__}: {lines[0] if lines else ''}",
+        )
+        self.committed = committed

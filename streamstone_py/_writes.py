@@ -14,6 +14,7 @@ from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
     IncludedOperationConflictError,
+    PartialWriteError,
     StreamBeingDeletedError,
     _WriteError,
 )
@@ -65,9 +66,7 @@ def _map_transaction_error(
     return None
 
 
-def write(
-    stream: Stream, events: Sequence[EventData], track_changes: bool = True
-) -> Steps[WriteResult]:
+def write(stream: Stream, events: Sequence[EventData], track_changes: bool) -> Steps[WriteResult]:
     check_events(events)
     partition = stream.partition
     header_type = type(stream)
@@ -75,64 +74,80 @@ def write(
     current = stream
     recorded: list[RecordedEvent] = []
     includes: list[Include] = []
+
+    def so_far() -> WriteResult:
+        return WriteResult(current, tuple(recorded), tuple(includes))
+
     for chunk in chunks:
         version = current.version + len(chunk.events)
-        header = header_entity(partition, version, chunk.header_properties, current.first_version)
-        header_op = (
-            TableOperation("create", header)
-            if current.etag is None
-            else TableOperation("update_replace", header, current.etag)
-        )
-        operations = [header_op, *chunk.operations]
-
-        def send(operations: list[TableOperation] = operations) -> Steps[_Commit]:
-            etags = yield from submit_transaction(operations)
-            return _Commit(str(etags[0]), etags[1:])
-
-        def resolve(
-            before: Stream = current, chunk: Chunk = chunk, version: int = version
-        ) -> Steps[_Commit | Unresolved]:
-            return (yield from _resolve_chunk(before, chunk, version))
-
         try:
-            commit = yield from attempt(partition, send, resolve, header_type)
-        except TableTransactionError as exc:
-            error = _map_transaction_error(partition, exc, chunk.roles)
-            if error is None:
-                raise
-            if isinstance(error, ConcurrencyConflictError):
-                try:
-                    error.current = yield from refuse_tombstone(partition, exc, header_type)
-                except StreamBeingDeletedError as deleting:
-                    error = deleting
+            commit = yield from _commit(current, chunk, version)
+        except _WriteError as error:
             if recorded:
-                error.committed = WriteResult(current, tuple(recorded), tuple(includes))
-            raise error from exc
+                error.committed = so_far()
+            raise
+        except Exception as exc:
+            if not recorded:
+                raise  # nothing of this write is stored: the error as it came
+            raise PartialWriteError(partition, so_far(), exc) from exc
         for offset, event in enumerate(chunk.events, start=current.version + 1):
             recorded.append(RecordedEvent(offset, event.id, event.properties))
-        for role, op, new_etag in zip(chunk.roles, chunk.operations, commit.etags, strict=True):
-            if isinstance(role, Include):
-                kept = None if op.kind == "delete" else new_etag
-                includes.append(Include._applied(role.operation, role.entity, kept))
+        for role, new_etag in zip(chunk.roles, commit.etags, strict=True):
+            if isinstance(role, Include):  # a deleted row has no ETag: None
+                includes.append(Include._applied(role.operation, role.entity, new_etag))
         current = header_type._stored(
             partition, commit.etag, version, chunk.header_properties, current.first_version
         )
         if commit.moved and chunk is not chunks[-1]:
             # Ours committed, but others appended after it: the rest would interleave.
-            error = ConcurrencyConflictError(
+            moved = ConcurrencyConflictError(
                 partition, "the stream changed between the transactions of this write"
             )
-            error.committed = WriteResult(current, tuple(recorded), tuple(includes))
-            raise error
-    return WriteResult(current, tuple(recorded), tuple(includes))
+            moved.committed = so_far()
+            raise moved
+    return so_far()
+
+
+def _commit(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit]:
+    """One transaction of the plan, conditional on the header ``before`` it,
+    its outcome resolved if the answer is lost; a failure as the engine's error."""
+    partition = before.partition
+    header_type = type(before)
+    header = header_entity(partition, version, chunk.header_properties, before.first_version)
+    header_op = (
+        TableOperation("create", header)
+        if before.etag is None
+        else TableOperation("update_replace", header, before.etag)
+    )
+    operations = [header_op, *chunk.operations]
+
+    def send() -> Steps[_Commit]:
+        etags = yield from submit_transaction(operations)
+        return _Commit(str(etags[0]), etags[1:])
+
+    def resolve() -> Steps[_Commit | Unresolved]:
+        return (yield from _resolve_chunk(before, chunk, version))
+
+    try:
+        return (yield from attempt(partition, send, resolve, header_type))
+    except TableTransactionError as exc:
+        error = _map_transaction_error(partition, exc, chunk.roles)
+        if error is None:
+            raise
+        if isinstance(error, ConcurrencyConflictError):
+            try:
+                error.current = yield from refuse_tombstone(partition, exc, header_type)
+            except StreamBeingDeletedError as deleting:
+                error = deleting
+        raise error from exc
 
 
 @dataclass(frozen=True, slots=True)
 class _Commit:
     """A chunk that committed: the header's new ETag and the ETags of the
-    chunk's other operations. ``moved``: found committed after an ambiguous
-    answer, with the stream changed by others since (the ETag is then
-    :data:`STALE_ETAG`)."""
+    chunk's other operations (``None`` for a delete). ``moved``: found
+    committed after an ambiguous answer, with the stream changed by others
+    since (the ETag is then :data:`STALE_ETAG`)."""
 
     etag: str
     etags: Sequence[str | None]
@@ -157,7 +172,7 @@ def _resolve_chunk(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit 
             "first": partition.event_row_key(before.version + 1),
             "last": partition.event_row_key(version),
         },
-        page_size=1000,
+        page_size=len(chunk.events),  # the rows the range can hold: one page
     )
     found = [recorded_from_row(r.properties) for r in stored]
     expected = [

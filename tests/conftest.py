@@ -23,6 +23,7 @@ from azurite.proxy import Proxy
 from handlers._outcome import StrategyName
 from streamstone_py import Partition, WireTableClient
 from streamstone_py.aio import AsyncWireTableClient
+from tests.faults import FAST, AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import azurite_port, register_raw, wait
 from tests.oauth import certificate
 
@@ -108,6 +109,30 @@ def proxy(connection_string: str) -> Iterator[Proxy]:
     """A fault-injecting proxy on a real socket in front of Azurite's Table service."""
     with Proxy(azurite_port(connection_string)) as running:
         yield running
+
+
+@pytest.fixture(params=["sync", "async"])
+def faulty(
+    request: pytest.FixtureRequest, connection_string: str, table: TableClient
+) -> Iterator[tuple[Partition, FaultPlan, Partition]]:
+    """A partition whose client injects the plan's faults (in the SDK's transport),
+    and a clean view of the same stream."""
+    plan = FaultPlan()
+    key = "f-" + uuid.uuid4().hex
+    client: Any
+    if request.param == "async":
+        client = AsyncTableClient.from_connection_string(
+            connection_string, table.table_name, transport=AsyncFaultyTransport(plan)
+        )
+    else:
+        client = TableClient.from_connection_string(
+            connection_string, table.table_name, transport=FaultyTransport(plan)
+        )
+    yield Partition(client, key, retry=FAST), plan, Partition(table, key)
+    if request.param == "async":
+        wait(client.close())
+    else:
+        client.close()
 
 
 #: The clients of the behavioural suite, by the class that builds them from a connection string.

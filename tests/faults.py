@@ -29,6 +29,13 @@ from azure.core.pipeline.transport import (
     RequestsTransport,
 )
 
+from streamstone_py import RetryPolicy
+
+#: Retries of the faulted partitions: quick, and few enough to run out of.
+FAST = RetryPolicy(attempts=4, initial_delay=0.005, max_delay=0.02, total_time=10)
+#: How a transaction travels: the plan's faults aim at it by these.
+BATCH = ("POST", "$batch")
+
 
 @dataclass
 class Fault:

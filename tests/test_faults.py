@@ -8,8 +8,7 @@ request never sent ("lost"), or fails the connection before sending ("before").
 from __future__ import annotations
 
 import math
-import uuid
-from collections.abc import Iterator
+import random
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 from azure.data.tables import TableClient
-from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from streamstone_py import (
     ConcurrencyConflictError,
@@ -33,40 +31,14 @@ from streamstone_py import (
     _maintenance,
 )
 from streamstone_py._retry import is_ambiguous, is_transient
-from tests.faults import AsyncFaultyTransport, FaultPlan, FaultyTransport
-from tests.helpers import S, perform, rows, wait
-
-FAST = RetryPolicy(attempts=4, initial_delay=0.005, max_delay=0.02, total_time=10)
-BATCH = ("POST", "$batch")
+from tests.faults import BATCH, FAST
+from tests.helpers import S, perform, rows
 
 
 def update(partition: Partition) -> tuple[str, ...]:
     """How a header update travels: a PUT with the sync client; the async runner
     sends it as a one-operation transaction, which aiohttp never re-sends."""
     return ("PUT",) if isinstance(partition.table, TableClient) else BATCH
-
-
-@pytest.fixture(params=["sync", "async"])
-def faulty(
-    request: pytest.FixtureRequest, connection_string: str, table: TableClient
-) -> Iterator[tuple[Partition, FaultPlan, Partition]]:
-    """A partition whose client injects the plan's faults, and a clean view of the same stream."""
-    plan = FaultPlan()
-    key = "f-" + uuid.uuid4().hex
-    client: Any
-    if request.param == "async":
-        client = AsyncTableClient.from_connection_string(
-            connection_string, table.table_name, transport=AsyncFaultyTransport(plan)
-        )
-    else:
-        client = TableClient.from_connection_string(
-            connection_string, table.table_name, transport=FaultyTransport(plan)
-        )
-    yield Partition(client, key, retry=FAST), plan, Partition(table, key)
-    if request.param == "async":
-        wait(client.close())
-    else:
-        client.close()
 
 
 def events(*ids: str) -> list[EventData]:
@@ -114,7 +86,9 @@ def test_ambiguous_write_that_did_not_apply_is_sent_again(faulty: Any) -> None:
     assert event_rows(clean) == [("SS-SE-0000000001", "a"), ("SS-SE-0000000002", "b")]
 
 
-def test_ambiguous_write_beaten_by_a_rival_is_a_conflict(faulty: Any) -> None:
+# The rival's write ends where ours would (other events there), or before it.
+@pytest.mark.parametrize("ours", [["b"], ["b", "c"]], ids=["as-long", "longer"])
+def test_ambiguous_write_beaten_by_a_rival_is_a_conflict(faulty: Any, ours: list[str]) -> None:
     partition, plan, clean = faulty
     stream = S.write(Stream(partition), *events("a")).stream
 
@@ -122,9 +96,12 @@ def test_ambiguous_write_beaten_by_a_rival_is_a_conflict(faulty: Any) -> None:
         Stream.write(Stream.open(clean), *events("rival"))
 
     plan.add("lost", *BATCH, meanwhile=rival)
-    with pytest.raises(ConcurrencyConflictError, match="outcome of a write was unknown"):
-        S.write(stream, *events("b"))
+    with pytest.raises(ConcurrencyConflictError) as caught:
+        S.write(stream, *events(*ours))
 
+    assert type(caught.value) is ConcurrencyConflictError
+    assert caught.value.reason == "the stream changed while the outcome of a write was unknown"
+    assert (caught.value.current, caught.value.committed) == (Stream.open(clean), None)
     assert event_rows(clean) == [("SS-SE-0000000001", "a"), ("SS-SE-0000000002", "rival")]
 
 
@@ -204,9 +181,10 @@ def test_rival_between_transactions_of_a_split_write_stops_it(faulty: Any) -> No
 
     plan.add("after", *BATCH, meanwhile=rival)
 
-    with pytest.raises(ConcurrencyConflictError, match="between the transactions") as caught:
+    with pytest.raises(ConcurrencyConflictError) as caught:
         S.write(Stream(partition), *events(*ids))
 
+    assert caught.value.reason == "the stream changed between the transactions of this write"
     committed = caught.value.committed
     assert committed is not None
     assert [e.id for e in committed.events] == ids[:49]
@@ -215,13 +193,18 @@ def test_rival_between_transactions_of_a_split_write_stops_it(faulty: Any) -> No
 
 def test_includes_of_an_ambiguous_commit_come_back_with_their_etags(faulty: Any) -> None:
     partition, plan, clean = faulty
+    clean.table.create_entity({"PartitionKey": clean.partition_key, "RowKey": "old", "N": 0})
     plan.add("after", *BATCH)
-    event = EventData(id="a", includes=[Include.insert({"RowKey": "proj", "N": 1})])
+    includes = [Include.insert({"RowKey": "proj", "N": 1}), Include.delete({"RowKey": "old"}, "*")]
 
-    result = S.write(Stream(partition), event)
+    result = S.write(Stream(partition), EventData(id="a", includes=includes))
 
-    (included,) = result.includes
-    assert included.etag == clean.table.get_entity(clean.partition_key, "proj").metadata["etag"]
+    inserted, deleted = result.includes
+    assert inserted.etag == clean.table.get_entity(clean.partition_key, "proj").metadata["etag"]
+    assert (deleted.operation, deleted.etag) == ("delete", None)
+    # The transaction, then the reads that settle it: the header, the events,
+    # and the included row that is still there (a deleted one has no ETag to read).
+    assert plan.requests == 4
 
 
 def test_reads_and_expected_version_writes_ride_out_faults(faulty: Any) -> None:
@@ -323,10 +306,16 @@ def test_retry_policy_refuses_bad_settings(kwargs: dict[str, Any]) -> None:
         RetryPolicy(**kwargs)
 
 
-def test_retry_policy_delays_grow_and_stay_capped() -> None:
+def test_retry_policy_delays_grow_and_stay_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Full jitter: each pause is drawn from [0, window], the window doubling from
+    # initial_delay up to max_delay. The draw is pinned to each end of its window.
     policy = RetryPolicy(initial_delay=0.1, max_delay=1.0)
-    for attempt in range(1, 10):
-        assert 0 <= policy.delay(attempt) <= 1.0
+    monkeypatch.setattr(random, "uniform", lambda low, high: high)
+    assert [policy.delay(attempt) for attempt in range(1, 8)] == [
+        0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0,
+    ]  # fmt: skip
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
+    assert [policy.delay(attempt) for attempt in range(1, 8)] == [0.0] * 7
 
 
 @pytest.mark.parametrize("kind", ["before", "lost", "after"])

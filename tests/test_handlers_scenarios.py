@@ -342,10 +342,18 @@ def test_load_state_makes_at_most_two_storage_calls(table: TableClient, game: st
     p = processor(table, "state")
     p.process_batch(game, [start(game, 1)] + [fire(game, n, n) for n in range(1, 300)])
     calls = count_store_calls(p)
-    for message_id in ("never-seen", f"{game}-fire-1", f"{game}-fire-150", f"{game}-fire-299"):
+    # A new message: find its id, then open the header; a stored one: find it,
+    # then read the state as of its version.
+    expected = {
+        "never-seen": (False, ["find", "open"]),
+        f"{game}-fire-1": (True, ["find", "read"]),
+        f"{game}-fire-150": (True, ["find", "read"]),
+        f"{game}-fire-299": (True, ["find", "read"]),
+    }
+    for message_id, (duplicate, storage_calls) in expected.items():
         calls.clear()
         loaded = p.load_state(game, message_id)
-        assert calls == (["find", "read"] if loaded.is_duplicate else ["find", "open"])
+        assert (loaded.is_duplicate, calls) == (duplicate, storage_calls), message_id
 
 
 def test_a_message_id_the_table_cannot_store_is_abandoned_alone(

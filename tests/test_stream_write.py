@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from azure.core import MatchConditions
 from azure.data.tables import UpdateMode
@@ -215,10 +217,16 @@ def test_write_argument_errors(partition: Partition) -> None:
     stream = Stream(partition)
     with pytest.raises(ValueError, match="at least one event"):
         S.write(stream)
-    with pytest.raises(TypeError, match="expected_version"):
+    needs = "a write to a Partition needs expected_version=N (0: a new stream)"
+    with pytest.raises(TypeError, match=f"^{re.escape(needs)}$"):
         S.write(partition, event("e1"))
-    with pytest.raises(TypeError, match="expected_version"):
+    header = "expected_version is for writes to a Partition, not to a header"
+    with pytest.raises(TypeError, match=f"^{re.escape(header)}$"):
         S.write(stream, event("e1"), expected_version=0)
+    neither = "write target must be a Stream or a Partition, got 'p-1'"
+    for target, version in (("p-1", None), ("p-1", 0)):
+        with pytest.raises(TypeError, match=f"^{re.escape(neither)}$"):
+            S.write(target, event("e1"), expected_version=version)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="EventData"):
         S.write(stream, {"Type": "x"})  # type: ignore[arg-type]  # a dict, not an EventData
     assert rows(partition) == {}

@@ -126,13 +126,27 @@ def test_failed_task_attempts_are_retried_to_the_same_result(
         table=table_name, handler="tests.spark.flaky:first_attempt_dies", strategy=strategy
     )
 
-    summary = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
+    group = f"retried-{table_name}"
+    spark.sparkContext.setJobGroup(group, "task attempts that die")
+    try:
+        summary = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
+    # Spark's own count: every one of the three tasks lost its first attempt.
+    tracker = spark.sparkContext.statusTracker()
+    stages = [
+        tracker.getStageInfo(stage)
+        for job in tracker.getJobIdsForGroup(group)
+        for stage in tracker.getJobInfo(job).stageIds  # type: ignore[union-attr]
+    ]
+    assert sum(stage.numFailedTasks for stage in stages if stage is not None) == 3
     assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
     # Retried tasks found their first attempt's work stored: duplicates, not changes.
-    statuses = {r[3] for r in outcomes(spark, str(tmp_path / "out"))}
-    assert statuses <= {"completed", "duplicate"}
-    assert summary.messages_in >= len(rows)
+    statuses = [r[3] for r in outcomes(spark, str(tmp_path / "out"))]
+    assert len(statuses) == summary.messages_in == len(rows)
+    assert set(statuses) == {"completed", "duplicate"}
+    assert summary.duplicates == statuses.count("duplicate")
 
 
 @STRATEGIES
