@@ -197,8 +197,8 @@ def test_an_output_id_an_earlier_message_published_otherwise_is_refused_alone(
     done, refused, after = p.process_batch(game, [first, second, later])
 
     reason = (
-        "output id 'greeting' of message 'again' was published by message 'hello' of this "
-        "batch with other content"
+        "output id 'greeting' of message 'again' was published by message 'hello' with other "
+        "content"
     )
     assert (done.status, after.status) == ("completed", "completed")
     assert refused == Outcome(second, "abandoned", None, (), reason, kind="refused")
