@@ -173,6 +173,7 @@ def test_a_failing_message_is_poisoned_alone_and_its_key_mates_are_processed_at_
     assert inbox.get_queue_properties().approximate_message_count == 0
 
 
+@needs_pyspark_4
 def test_the_source_poisons_a_text_of_any_size_with_its_reason(
     connection_string: str, queues: Callable[[str], QueueClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,7 +202,7 @@ def test_the_source_poisons_a_text_of_any_size_with_its_reason(
 
 
 def test_a_queue_whose_poison_queue_name_would_be_too_long_is_refused_up_front() -> None:
-    from spark_driver._queue_source import QueueOptions
+    from spark_driver._queue_options import QueueOptions  # no data source API needed
 
     QueueOptions("q" * 56)
     with pytest.raises(ValueError, match="over the 63 a queue name may have") as refused:
