@@ -9,7 +9,8 @@ docs/spark-pipeline.md, "Exit statuses"):
 - 3 (``UNSETTLED_EXIT``): some messages are abandoned or faulted, so a
   scheduler delivers the input again (the summary lists the first of them);
 - 4 (``FAILED_EXIT``): the job stopped: ``--fail-fast`` met an abandoned or
-  faulted message, or Spark failed;
+  faulted message, or Spark failed, or Spark's JVM ended (out of memory,
+  killed);
 - 130: interrupted (Ctrl-C).
 
 With ``--trigger`` a stream runs until SIGTERM or Ctrl-C, which let the

@@ -13,8 +13,8 @@ from urllib.parse import unquote_to_bytes
 from pyspark.sql import SparkSession
 
 __all__ = [
-    "canonical", "delete", "exists", "glob_escaped", "listed", "local", "names", "read_text",
-    "shown", "skipped", "write_text",
+    "canonical", "delete", "exists", "glob_escaped", "listed", "local", "names", "qualified",
+    "read_text", "shown", "skipped", "write_text",
 ]  # fmt: skip
 
 
@@ -104,6 +104,12 @@ def listed(spark: SparkSession, directory: str) -> list[tuple[str, int]]:
             uri = canonical(str(status.getPath().toUri().toString()))
             found.append((uri, int(status.getModificationTime())))
     return sorted(found, key=lambda entry: (entry[1], entry[0]))
+
+
+def qualified(spark: SparkSession, path: str) -> str:
+    """A file's URI as Spark's file metadata names it (``file:/in/a%20b.json``)."""
+    fs, hadoop_path = _path(spark, path)
+    return canonical(str(fs.makeQualified(hadoop_path).toUri().toString()))
 
 
 def names(spark: SparkSession, directory: str) -> set[str]:

@@ -28,7 +28,7 @@ from urllib.parse import quote, unquote
 from pyspark.sql import DataFrame, SparkSession
 
 from ._executor import OUTCOME, RESULT_SCHEMA, result_row
-from ._files import listed, local, shown, skipped
+from ._files import local, qualified, shown, skipped
 from ._input import MAX_LINE
 
 __all__ = [
@@ -166,26 +166,31 @@ def misnamed(spark: SparkSession, directory: str, listed: set[str]) -> list[tupl
 def left_out(spark: SparkSession, path: str) -> list[tuple[str, str, bool]]:
     """What a batch run over the local JSON lines at ``path`` (a file, or the
     files directly in a folder) does not read, each as ``(its URI as Spark's
-    file metadata names it, or its path; why; whether the whole file)``."""
+    file metadata names it; why; whether the whole file)``. The folder is
+    listed here: only the files found are named through the JVM."""
     where = local(path)
     if where is None or not os.path.exists(where):
         return []
-    folder = where if os.path.isdir(where) else os.path.dirname(where)
+    folder = os.path.isdir(where)
+    files = [where] if not folder else [
+        entry.path for entry in os.scandir(where)
+        if entry.is_file() and not skipped(entry.name.decode("latin-1"))
+    ]  # fmt: skip
     found = []
-    for uri, _ in listed(spark, os.fsdecode(folder)):
-        file = local(uri)
-        if file is None or (folder != where and file != where):
-            continue
-        colon = colon_in_name(uri)
+    for file in files:
+        colon = b":" in os.path.basename(file)
         try:
-            lines = None if colon is not None else long_lines(file)
+            lines = None if colon else long_lines(file)
         except Exception:  # a file that cannot be read: Spark's read tells why
             lines = None
-        if colon is not None:
-            found.append((uri, f"the file cannot be read as JSON lines: {colon}", True))
-        elif lines is not None:
-            found.append((uri, lines, False))
-    if folder == where:
+        if colon or lines is not None:
+            try:
+                uri = qualified(spark, os.fsdecode(file))
+            except UnicodeDecodeError:
+                continue  # a name that is not UTF-8: misnamed() tells it
+            reason = f"the file cannot be read as JSON lines: {colon_in_name(uri)}"
+            found.append((uri, reason, True) if colon else (uri, str(lines), False))
+    if folder:
         found += [(uri, why, True) for uri, why in misnamed(spark, path, set())]
     return found
 
