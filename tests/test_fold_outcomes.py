@@ -14,6 +14,7 @@ from azure.data.tables import TableClient
 
 from handlers import (
     DuplicateOutsideWindowError,
+    Handler,
     HandlerContext,
     InMemoryPublisher,
     Message,
@@ -50,6 +51,12 @@ def nondeterministic(why: str) -> str:
     )
 
 
+def stopped(message: Message, reason: str) -> Outcome:
+    """The outcome of a message its key's earlier failure stopped."""
+    why = f"an earlier message of key {message.key!r} failed: {reason}"
+    return Outcome(message, "abandoned", None, (), why, stops_key=True, kind="stopped")
+
+
 def stored_ids(p: Processor[Any], key: str) -> list[str | None]:
     return [e.id for e in Stream.read(p.store.partition(key)).events]
 
@@ -69,15 +76,7 @@ def test_a_duplicate_the_new_deploy_answers_differently_stops_its_key(
     reason = nondeterministic("output digest differs")
     assert outcomes == [
         Outcome(m1, "abandoned", None, (), reason, stops_key=True, kind="failed"),
-        Outcome(
-            m2,
-            "abandoned",
-            None,
-            (),
-            f"an earlier message of key {game!r} failed: {reason}",
-            stops_key=True,
-            kind="stopped",
-        ),
+        stopped(m2, reason),
     ]
     assert isinstance(outcomes[0].error, NonDeterministicHandlerError)
     assert stored_ids(Processor(ledger, table, publisher), game) == ["m1"]
@@ -246,3 +245,46 @@ def test_a_duplicate_whose_state_before_it_is_gone_is_refused_alone(
     assert refused == Outcome(messages[3], "abandoned", None, (), str(error), kind="refused")
     assert (completed.status, completed.version) == ("completed", 7)
     assert stored_ids(p, game) == [*kept, "fresh"]
+
+
+class Opening(Handler[dict[str, Any]]):
+    """``ledger_redeployed`` with a bug in its initial state: a deploy that reads
+    an opening balance it no longer has. A key's first version is replayed on
+    the initial state, so only a replay of it calls ``initial_state``."""
+
+    name = "Ledger"
+    message_types = frozenset({"Add"})
+
+    def handle(self, state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
+        ledger_redeployed.handle(state, message, ctx)
+
+    def initial_state(self) -> dict[str, Any]:
+        raise LookupError("no opening balance configured")
+
+
+def test_a_stored_message_whose_replay_cannot_be_attempted_stops_its_key(
+    table: TableClient, game: str
+) -> None:
+    # m1 is stored; the new deploy raises on it, and replaying it needs the
+    # initial state, which raises too (not a handler error): whether m1 is
+    # stored cannot be told, so m1 fails with both reasons and m2 waits.
+    m1, m2 = Message("m1", game, "Add", {"refuse": True}), Message("m2", game, "Add")
+    Processor(ledger, table, InMemoryPublisher()).process(m1)
+    publisher = InMemoryPublisher()
+
+    outcomes = Processor(Opening(), table, publisher).process_batch(game, [m1, m2])
+
+    reason = outcomes[0].reason or ""
+    failed, looked_up = reason.split("; and ")
+    assert failed.startswith(
+        "handler 'Ledger' failed on message 'm1': ValueError: m1 is not for this deploy (at "
+    )
+    assert looked_up == (
+        "whether message 'm1' is stored cannot be told: LookupError: no opening balance configured"
+    )
+    assert outcomes == [
+        Outcome(m1, "abandoned", None, (), reason, stops_key=True, kind="failed"),
+        stopped(m2, reason),
+    ]
+    assert stored_ids(Processor(ledger, table, publisher), game) == ["m1"]
+    assert publisher.deliveries == []
