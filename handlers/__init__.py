@@ -16,17 +16,8 @@ replayed instead.
 Errors are listed in :mod:`handlers._errors`.
 """
 
-from ._admission import Refused, admit, admit_text
 from ._cache import HeaderCache
-from ._codec import MAX_NESTING
 from ._context import MAX_SCHEDULE_DELAY, HandlerContext
-from ._envelope import (
-    decode_envelope,
-    encode_envelope,
-    from_json_data,
-    json_data,
-    read_queue_text,
-)
 from ._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
@@ -38,7 +29,16 @@ from ._errors import (
 )
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
-from ._message import Message
+from ._messages._admission import Refused, admit, admit_text
+from ._messages._codec import MAX_NESTING
+from ._messages._envelope import (
+    decode_envelope,
+    encode_envelope,
+    from_json_data,
+    json_data,
+    read_queue_text,
+)
+from ._messages._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher

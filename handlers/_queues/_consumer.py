@@ -35,8 +35,8 @@ from typing import Any, Final, Literal
 from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueClient, QueueMessage
 
-from .._admission import Refused, SentAt, admit_text
-from .._message import Message
+from .._messages._admission import Refused, SentAt, admit_text
+from .._messages._message import Message
 from .._outcome import utcnow
 from .._processor import Processor
 from ._breaker import Breaker

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .._message import Message
+from .._messages._message import Message
 from .._outcome import Outcome
 from .._processor import Processor
 from ._breaker import Breaker, is_outage

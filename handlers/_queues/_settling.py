@@ -26,7 +26,7 @@ from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
 from .._lifecycle import Receive
-from .._message import Message
+from .._messages._message import Message
 from .._outcome import Outcome
 from ._breaker import Breaker
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
