@@ -28,7 +28,7 @@ from ._intake import FileIntake, LeftOut
 from ._job import write_result
 from ._landing import dead_letters
 from ._plan import METRICS, process_stream
-from ._queues import Delivery, OutputRoute, send_outputs, settle_messages
+from ._queues._sink import Delivery, OutputRoute, send_outputs, settle_messages
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
 
