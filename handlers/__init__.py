@@ -16,19 +16,8 @@ replayed instead.
 Errors are listed in :mod:`handlers._errors`.
 """
 
-from ._admission import Refused, admit, admit_text
-from ._breaker import Breaker, is_outage
 from ._cache import HeaderCache
-from ._codec import MAX_NESTING
-from ._consumer import ConsumerStats, PoisonEntry, QueueConsumer, QueueOutcome
 from ._context import MAX_SCHEDULE_DELAY, HandlerContext
-from ._envelope import (
-    decode_envelope,
-    encode_envelope,
-    from_json_data,
-    json_data,
-    read_queue_text,
-)
 from ._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
@@ -40,15 +29,26 @@ from ._errors import (
 )
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
-from ._locks import log_gone, lost_lock, message_gone, queue_fault
-from ._message import Message
+from ._messages._admission import Refused, admit, admit_text
+from ._messages._codec import MAX_NESTING
+from ._messages._envelope import (
+    decode_envelope,
+    encode_envelope,
+    from_json_data,
+    json_data,
+    read_queue_text,
+)
+from ._messages._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
-from ._poison import PoisonQueue
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
-from ._queue import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
+from ._queues._breaker import Breaker, is_outage
+from ._queues._consumer import ConsumerStats, PoisonEntry, QueueConsumer, QueueOutcome
+from ._queues._locks import log_gone, lost_lock, message_gone, queue_fault
+from ._queues._poison import PoisonQueue
+from ._queues._publisher import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
+from ._queues._rounds import process_until_settled
 from ._reading import scan_keys, scan_states
-from ._rounds import process_until_settled
 from ._store import StateStore, StoredVersion
 
 __all__ = [

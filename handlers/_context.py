@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from ._codec import canonical
 from ._errors import NonDeterministicHandlerError
-from ._message import Message
+from ._messages._codec import canonical
+from ._messages._message import Message
 
 __all__ = ["HandlerContext"]
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ._codec import pack, unpack
 from ._context import HandlerContext
 from ._handler import Handler
-from ._message import Message
+from ._messages._codec import pack, unpack
+from ._messages._message import Message
 
 __all__ = ["Difference", "HandlerReport", "check_handler"]
 

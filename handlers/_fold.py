@@ -37,8 +37,6 @@ from azure.core.exceptions import AzureError
 
 from streamstone_py import EventData, Stream, StreamstoneError, split_binary
 
-from ._admission import id_refusal, type_refusal
-from ._codec import digest, pack
 from ._compression import pack_stored
 from ._context import HandlerContext
 from ._errors import (
@@ -47,7 +45,9 @@ from ._errors import (
     NonDeterministicHandlerError,
     UnreadableStateError,
 )
-from ._message import Message
+from ._messages._admission import id_refusal, type_refusal
+from ._messages._codec import digest, pack
+from ._messages._message import Message
 from ._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
 from ._reading import header_state
 from ._records import OutputIds

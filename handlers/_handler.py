@@ -6,9 +6,9 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar, cast, overload
 
-from ._codec import pack, unpack
 from ._context import HandlerContext
-from ._message import Message
+from ._messages._codec import pack, unpack
+from ._messages._message import Message
 
 __all__ = ["Handler", "handler"]
 

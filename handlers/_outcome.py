@@ -12,7 +12,7 @@ from streamstone_py import EventData
 
 from ._errors import HandlerError
 from ._lifecycle import Receive, ReceiveState
-from ._message import Message
+from ._messages._message import Message
 from ._store import StoredVersion
 
 __all__ = [

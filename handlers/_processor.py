@@ -41,7 +41,7 @@ from ._cache import HeaderCache
 from ._compression import Compression
 from ._errors import NonDeterministicHandlerError
 from ._handler import Handler
-from ._message import Message
+from ._messages._message import Message
 from ._outcome import (
     Dispatch,
     LateDuplicates,

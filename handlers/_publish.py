@@ -12,8 +12,8 @@ from azure.data.tables import TableClient
 
 from streamstone_py import TableOperation, check_key, check_row, is_stream_row_key, submit
 
-from ._codec import pack
-from ._message import Message
+from ._messages._codec import pack
+from ._messages._message import Message
 from ._store import OUTBOX_PREFIX, RECORD_PREFIX
 
 __all__ = ["InMemoryPublisher", "Publisher", "TablePublisher", "unique_outputs"]

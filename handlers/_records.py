@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from streamstone_py import IncludedOperationConflictError
 
-from ._codec import digest
-from ._message import Message
+from ._messages._codec import digest
+from ._messages._message import Message
 from ._store import OutputRecord
 
 if TYPE_CHECKING:

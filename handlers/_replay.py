@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from ._codec import digest, pack
 from ._context import HandlerContext
 from ._errors import (
     DuplicateOutsideWindowError,
@@ -17,7 +16,8 @@ from ._errors import (
     StateTooLargeError,
 )
 from ._handler import Handler
-from ._message import Message
+from ._messages._codec import digest, pack
+from ._messages._message import Message
 from ._outcome import Found, Step
 from ._reading import decode_state
 from ._store import WATERMARK, StateStore, StoredVersion

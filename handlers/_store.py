@@ -50,9 +50,9 @@ from streamstone_py import (
     submit,
 )
 
-from ._codec import unpack
 from ._compression import Compression, check_compression, unpack_stored
 from ._errors import UnreadableStateError
+from ._messages._codec import unpack
 
 __all__ = ["OutboxRecord", "OutputRecord", "StateStore", "StoredVersion"]
 

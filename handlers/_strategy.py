@@ -21,10 +21,10 @@ from typing import Any
 
 from streamstone_py import Include, IncludedOperationConflictError, Partition, split_binary
 
-from ._codec import unpack
 from ._compression import pack_stored
 from ._errors import DuplicateOutsideWindowError
-from ._message import Message
+from ._messages._codec import unpack
+from ._messages._message import Message
 from ._outcome import Dispatch, Found, Step, StrategyName
 from ._replay import Replayer
 from ._store import StoredVersion

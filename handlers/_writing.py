@@ -17,7 +17,7 @@ from streamstone_py import (
 
 from ._cache import BatchHeader
 from ._fold import Folder
-from ._message import Message
+from ._messages._message import Message
 from ._outcome import Found, Plan
 from ._records import record_in_the_way
 from ._store import OutputRecord

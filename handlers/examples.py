@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from ._context import HandlerContext
 from ._handler import handler
-from ._message import Message
+from ._messages._message import Message
 
 __all__ = [
     "MAX_ATTEMPTS",

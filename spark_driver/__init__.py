@@ -14,7 +14,7 @@ token or a managed identity); see :class:`JobSettings`.
 from ._input import INPUT_SCHEMA, read_messages
 from ._job import process_messages, run_batch, write_result
 from ._queue_stream import QueueSourceUnavailable, read_queue, register_queue_source, run_queue
-from ._queues import Delivery, OutputRoute
+from ._queues._sink import Delivery, OutputRoute
 from ._session import session
 from ._settings import JobSettings, parse_duration, resolve_handler
 from ._states import read_history, read_states

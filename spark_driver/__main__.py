@@ -209,8 +209,8 @@ def _jvm_ended() -> None:
 def _queue_options(parser: Parser, args: argparse.Namespace) -> None:
     """``--input queue:NAME``, ``--output-queue`` and ``--trigger``, checked and
     parsed onto ``args`` (``queue``, ``route``, ``every``, ``queues_used``)."""
-    from ._queue_config import check_input_queue
-    from ._queues import OutputRoute
+    from ._queues._config import check_input_queue
+    from ._queues._sink import OutputRoute
     from ._settings import parse_duration
 
     args.queue, args.route, args.every, args.queues_used = None, None, None, []
@@ -252,7 +252,7 @@ def _queue_options(parser: Parser, args: argparse.Namespace) -> None:
 def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     """The job itself: its summaries printed, its exit status returned."""
     from ._job import run_batch
-    from ._queues import Delivery, send_written_outputs
+    from ._queues._sink import Delivery, send_written_outputs
 
     if args.stream or args.queue is not None:
         return _run_stream(spark, args, settings)
@@ -272,7 +272,7 @@ def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
 def _run_stream(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     """A file or queue stream, each micro-batch's summary printed once it is written."""
     from ._queue_stream import MAX_DEQUEUE_COUNT, run_queue
-    from ._queues import Delivery
+    from ._queues._sink import Delivery
     from ._stream import run_stream, stop_on_signals
 
     written: dict[int, Any] = {}

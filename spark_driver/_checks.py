@@ -66,7 +66,7 @@ def check_queue(option: str, queue: str) -> None:
     """The account names a Queue service, and ``queue`` is there (created when missing)."""
     from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
 
-    from ._queue_config import QueueConfig
+    from ._queues._config import QueueConfig
 
     try:
         config = QueueConfig.from_env()

@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ._files import glob_escaped
+from ._files._fs import glob_escaped
 
 __all__ = [
     "CORRUPT_RECORD",

@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ._executor import RESULT_SCHEMA, mark_partition, process_partition
-from ._files import delete, shown
+from ._files._fs import delete, shown
+from ._files._landing import dead_letters, left_out
 from ._input import input_order, message_columns, read_messages
-from ._landing import dead_letters, left_out
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
 
@@ -123,7 +123,7 @@ def run_batch(
 
     Of local JSON lines, a file Spark would fail on, or leave out without a
     word, and a line too long to read are each dead-lettered by name (see
-    :mod:`spark_driver._landing`), and the other messages processed."""
+    :mod:`spark_driver._files._landing`), and the other messages processed."""
     found = left_out(spark, input_path) if input_format == "json" else []
     whole = [uri for uri, _, entire in found if entire]
     frame = read_messages(

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ._executor import RESULT_SCHEMA
-from ._queues import Delivery, OutputRoute
+from ._queues._sink import Delivery, OutputRoute
 from ._settings import JobSettings, resolve_handler
 from ._stream import RECEIPT, BatchSink, Settle, process_stream, run_query
 from ._summary import Summary
@@ -56,7 +56,7 @@ def register_queue_source(spark: SparkSession) -> None:
     missing = queue_source_missing()
     if missing is not None:
         raise QueueSourceUnavailable(missing)
-    from ._queue_source import QueueDataSource
+    from ._queues._source import QueueDataSource
 
     spark.dataSource.register(QueueDataSource)
 
@@ -79,7 +79,7 @@ def read_queue(
     ``max_dequeue_count`` times is looked up in its table: stored, it is
     read (a duplicate) rather than poisoned."""
     register_queue_source(spark)
-    from ._queue_source import NAME, QueueOptions
+    from ._queues._source import NAME, QueueOptions
 
     options = QueueOptions(
         queue, max_messages, visibility_timeout, max_dequeue_count, partitions,
@@ -151,7 +151,7 @@ def run_queue(
         max_dequeue_count=max_dequeue_count, settings=settings,
     )  # fmt: skip
     settings = dataclasses.replace(settings, source="queue")
-    from ._queue_source import AVAILABLE_NOW
+    from ._queues._source import AVAILABLE_NOW
 
     results = process_stream(frame, settings, partitions, order_by)
     plan = results.unionByName(_receipts(frame))

@@ -24,11 +24,11 @@ from typing import Any, Final
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ._intake import FileIntake, LeftOut
+from ._files._intake import FileIntake, LeftOut
+from ._files._landing import dead_letters
 from ._job import write_result
-from ._landing import dead_letters
 from ._plan import METRICS, process_stream
-from ._queues import Delivery, OutputRoute, send_outputs, settle_messages
+from ._queues._sink import Delivery, OutputRoute, send_outputs, settle_messages
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
 

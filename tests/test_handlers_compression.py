@@ -9,8 +9,8 @@ import pytest
 from azure.data.tables import TableClient
 
 from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
-from handlers._codec import pack
 from handlers._compression import MARK, pack_stored, unpack_stored
+from handlers._messages._codec import pack
 from handlers._outcome import StrategyName
 from handlers.testing import replay_load
 from streamstone_py import Partition, Stream, join_binary

@@ -28,7 +28,7 @@ from handlers import (
     aio,
     handler,
 )
-from handlers._codec import digest, pack
+from handlers._messages._codec import digest, pack
 from handlers._outcome import StrategyName
 from handlers._store import RETAIN_CUT, StoredVersion
 from streamstone_py import Partition, Stream

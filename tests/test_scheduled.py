@@ -16,7 +16,7 @@ from handlers import (
     encode_envelope,
     handler,
 )
-from handlers._codec import pack
+from handlers._messages._codec import pack
 from handlers.examples import orders
 from handlers.testing import check_handler
 

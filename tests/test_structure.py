@@ -166,3 +166,60 @@ def test_each_error_tree_is_drawn_as_the_classes_are(package: str) -> None:
         cls = getattr(module, name)
         public_bases = [b.__name__ for b in cls.__mro__[1:] if b.__name__ in exported]
         assert parent == (public_bases[0] if public_bases else ""), name
+
+
+#: Each queue room, and who besides its own modules may import it: the
+#: package's front door; in spark_driver also what joins the room to the rest
+#: (the command and its checks, run_queue, the micro-batch sink that sends any
+#: stream's outputs to queues, the queue demo). The core never does.
+QUEUE_ROOMS = {
+    "handlers._queues": {"handlers"},
+    "spark_driver._queues": {
+        "spark_driver", "spark_driver.__main__", "spark_driver._checks",
+        "spark_driver._queue_stream", "spark_driver._stream", "spark_driver.demo_queue",
+    },
+}  # fmt: skip
+
+
+def _dotted_imports() -> dict[str, set[str]]:
+    """Each module of the packages, subpackages included, with every name it
+    imports (lazy and ``TYPE_CHECKING`` imports too), relative ones resolved."""
+    found: dict[str, set[str]] = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            home = list(parts[:-1])  # the package a relative import starts from
+            targets: set[str] = set()
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom):
+                    base = home[: len(home) - node.level + 1] if node.level else []
+                    module = ".".join([*base, *([node.module] if node.module else [])])
+                    targets |= {module, *(f"{module}.{alias.name}" for alias in node.names)}
+                elif isinstance(node, ast.Import):
+                    targets |= {alias.name for alias in node.names}
+            found[".".join(home if parts[-1] == "__init__" else parts)] = targets
+    return found
+
+
+def _room_breaches(edges: dict[str, set[str]]) -> list[str]:
+    def inside(module: str, room: str) -> bool:
+        return module == room or module.startswith(f"{room}.")
+
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in edges.items()
+        for target in targets & edges.keys()  # modules, not the names taken from them
+        for room, above in QUEUE_ROOMS.items()
+        if inside(target, room) and not inside(module, room) and module not in above
+    )
+
+
+def test_the_queue_rooms_are_imported_only_from_above() -> None:
+    edges = _dotted_imports()
+    # The walk sees the rooms' real edges, so an empty answer is not a blind one.
+    assert "handlers._queues._consumer" in edges["handlers"]
+    assert "handlers._processor" in edges["handlers._queues._rounds"]
+    assert "spark_driver._queues._sink" in edges["spark_driver._stream"]
+    assert _room_breaches(edges) == []
+    edges["handlers._fold"].add("handlers._queues._consumer")
+    assert _room_breaches(edges) == ["handlers._fold imports handlers._queues._consumer"]

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from handlers import Handler, HandlerContext, Message, handler
-from handlers._codec import unpack
+from handlers._messages._codec import unpack
 
 HANDLER = "ChaosLedger"
 TYPES = ("Deposit", "Withdraw", "StrictWithdraw", "Audit")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from handlers import Message
-from handlers._codec import digest, pack
+from handlers._messages._codec import digest, pack
 
 from .ledger import fold, shared
 

@@ -9,7 +9,7 @@ import pytest
 from azure.data.tables import TableClient
 
 from handlers import Message
-from handlers._codec import digest, pack
+from handlers._messages._codec import digest, pack
 from streamstone_py import EventData, Partition, Stream, split_binary
 
 from .harness import ChaosConfig, Report, read_back, run

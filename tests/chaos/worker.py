@@ -27,7 +27,7 @@ from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 
 from handlers import HeaderCache, Message, NonDeterministicHandlerError, Outcome, Processor
-from handlers._codec import unpack
+from handlers._messages._codec import unpack
 from handlers._outcome import StrategyName
 from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, join_binary
 

@@ -40,7 +40,7 @@ from handlers import (
 from handlers.examples import shooting_range
 from spark_driver import JobSettings
 from spark_driver.__main__ import main
-from spark_driver._queues import OutputRoute
+from spark_driver._queues._sink import OutputRoute
 from tests.helpers import drain
 from tests.hostile_texts import b64, draw_mix, envelope, stored_exactly, valid_text
 from tests.queueing import Seen, seen
@@ -177,7 +177,7 @@ def test_a_failing_message_is_poisoned_alone_and_its_key_mates_are_processed_at_
 def test_the_source_poisons_a_text_of_any_size_with_its_reason(
     connection_string: str, queues: Callable[[str], QueueClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spark_driver._queue_source import QueueOptions, QueueStreamReader
+    from spark_driver._queues._source import QueueOptions, QueueStreamReader
 
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
     inbox = queues("big")
@@ -202,7 +202,7 @@ def test_the_source_poisons_a_text_of_any_size_with_its_reason(
 
 
 def test_a_queue_whose_poison_queue_name_would_be_too_long_is_refused_up_front() -> None:
-    from spark_driver._queue_options import QueueOptions  # no data source API needed
+    from spark_driver._queues._options import QueueOptions  # no data source API needed
 
     QueueOptions("q" * 56)
     with pytest.raises(ValueError, match="over the 63 a queue name may have") as refused:

@@ -62,9 +62,9 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     connection_string: str, table_name: str, queues: Callable[[str], QueueClient],
     queue_proxy: Proxy, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    from spark_driver import _queue_config
-    from spark_driver._queue_source import QueueOptions, QueueStreamReader
-    from spark_driver._queues import OutputRoute, send_partition, settle_partition
+    from spark_driver._queues import _config as _queue_config
+    from spark_driver._queues._sink import OutputRoute, send_partition, settle_partition
+    from spark_driver._queues._source import QueueOptions, QueueStreamReader
 
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
     inbox = queues("inbox")
@@ -173,7 +173,7 @@ def lost_answers(
     """This process's Queue service through ``proxy`` (run by ``plan``), the
     SDK's retries on as users have them (without their 15 s waits), and a
     breaker with short pauses."""
-    from spark_driver import _queue_config
+    from spark_driver._queues import _config as _queue_config
 
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
     proxy.plan(plan)
@@ -191,7 +191,7 @@ def test_the_sink_counts_a_delete_whose_answer_was_lost_as_deleted(
     connection_string: str, queues: Callable[[str], QueueClient], queue_proxy: Proxy,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
-    from spark_driver._queues import settle_partition
+    from spark_driver._queues._sink import settle_partition
 
     inbox = queues("inbox")
     first = itertools.count()
@@ -219,7 +219,7 @@ def test_the_source_poisons_once_per_lost_answer_through_its_breaker(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     from handlers import PoisonEntry
-    from spark_driver._queue_config import poison, queue_service
+    from spark_driver._queues._config import poison, queue_service
 
     inbox = queues("inbox")
     path = f"/{inbox.queue_name}-poison/messages".encode()

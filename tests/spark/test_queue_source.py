@@ -41,7 +41,7 @@ from handlers import (
 from handlers.examples import shooting_range
 from spark_driver import JobSettings
 from spark_driver.__main__ import main
-from spark_driver._queues import OutputRoute
+from spark_driver._queues._sink import OutputRoute
 from tests.helpers import drain
 from tests.spark.conftest import ROOT, write_jsonl
 from tests.spark.test_pipeline import client
@@ -169,14 +169,15 @@ def test_a_batch_that_fails_after_processing_completes_no_message_and_its_redeli
     queues: Callable[[str], QueueClient],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from spark_driver import _queues, _stream, run_queue
+    from spark_driver import _stream, run_queue
+    from spark_driver._queues import _sink
 
     a, b = shots("game-a", [0, 4]), shots("game-b", [9])
     inbox, outbox = queues("inbox"), queues("outbox")
     send(inbox, [b64(m) for m in [*a, *b, a[1]]])
     client(table_name)
     settings = JobSettings(table=table_name, handler="shooting_range")
-    real = _queues.settle_messages
+    real = _sink.settle_messages
     calls: list[int] = []
 
     def failing_once(*args: Any) -> Any:
@@ -460,27 +461,27 @@ def test_a_triggered_queue_stream_runs_until_stopped_and_completes_what_it_proce
 def test_a_worker_keeps_one_client_per_account_and_one_publisher_per_account_and_routes(
     connection_string: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from spark_driver import _queues
-    from spark_driver._queue_config import QueueConfig, queue_service
+    from spark_driver._queues import _sink
+    from spark_driver._queues._config import QueueConfig, queue_service
 
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
     route = OutputRoute.parse(["Hit=h-q", "m-q"])
-    first, service = _queues._publisher(route), queue_service()
-    assert _queues._publisher(OutputRoute.parse(["m-q", "Hit=h-q"])) is first
-    assert _queues._publisher(OutputRoute.parse(["m-q"])) is not first
+    first, service = _sink._publisher(route), queue_service()
+    assert _sink._publisher(OutputRoute.parse(["m-q", "Hit=h-q"])) is first
+    assert _sink._publisher(OutputRoute.parse(["m-q"])) is not first
     # Another account's queues may have the same names: never the same clients.
     other = re.sub(r"AccountKey=[^;]+", "AccountKey=" + "QUJD" * 22, connection_string)
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", other)
-    assert _queues._publisher(route) is not first
+    assert _sink._publisher(route) is not first
     assert queue_service() is not service
     assert "QUJD" not in repr(QueueConfig.from_env())
     monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
-    assert _queues._publisher(route) is first
+    assert _sink._publisher(route) is first
     assert queue_service() is service
 
 
 def test_the_queue_endpoint_of_an_account_url_is_its_table_endpoints_unless_named() -> None:
-    from spark_driver._queue_config import QueueConfig
+    from spark_driver._queues._config import QueueConfig
 
     env = {"STREAMSTONE_ACCOUNT_URL": "https://acct.table.core.windows.net",
            "STREAMSTONE_SAS_TOKEN": "sv=2024-11-04&sig=secret"}  # fmt: skip

@@ -24,8 +24,8 @@ from pyspark.sql.types import StructType
 
 from handlers import Message, PoisonEntry, QueuePublisher, from_json_data
 
-from ._executor import OUTCOME, RESULT_SCHEMA
-from ._queue_config import (
+from .._executor import OUTCOME, RESULT_SCHEMA
+from ._config import (
     MAX_HIDDEN,
     QueueConfig,
     check_queue_name,

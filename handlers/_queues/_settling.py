@@ -25,16 +25,16 @@ from typing import Final, Literal
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
+from .._lifecycle import Receive
+from .._messages._message import Message
+from .._outcome import Outcome
 from ._breaker import Breaker
-from ._lifecycle import Receive
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
-from ._message import Message
-from ._outcome import Outcome
 from ._poison import PoisonEntry, PoisonQueue
 
 __all__ = ["Action", "ConsumerStats", "QueueOutcome", "Settler"]
 
-_log = logging.getLogger("handlers._consumer")
+_log = logging.getLogger("handlers._queues._consumer")
 
 #: How many poisoned queue message ids a consumer remembers, to delete one
 #: that comes again (its delete failed) without poisoning it a second time.

@@ -27,9 +27,9 @@ from urllib.parse import quote, unquote
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ._executor import OUTCOME, RESULT_SCHEMA, result_row
-from ._files import local, qualified, shown, skipped
-from ._input import MAX_LINE
+from .._executor import OUTCOME, RESULT_SCHEMA, result_row
+from .._input import MAX_LINE
+from ._fs import local, qualified, shown, skipped
 
 __all__ = [
     "colon_in_name", "dead_letters", "lacks_columns", "left_out", "long_lines", "misnamed",

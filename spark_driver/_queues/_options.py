@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from ._queue_config import MAX_HIDDEN, check_input_queue
+from ._config import MAX_HIDDEN, check_input_queue
 
 __all__ = ["NAME", "QueueOptions"]
 

@@ -40,10 +40,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from .._input import INPUT_SCHEMA, LINE_OPTIONS, json_schema, messages_of
 from ._checkpoint import FORMATS, INPUT, Checkpoint, Unreadable
 from ._failures import OUTAGE, failure_reason, whole_text
-from ._files import exists, glob_escaped, listed, local, shown
-from ._input import INPUT_SCHEMA, LINE_OPTIONS, json_schema, messages_of
+from ._fs import exists, glob_escaped, listed, local, shown
 from ._landing import colon_in_name, lacks_columns, long_lines, misnamed
 
 __all__ = ["FileIntake", "LeftOut", "Unreadable"]

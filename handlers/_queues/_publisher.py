@@ -20,9 +20,9 @@ from typing import Any, Final
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64EncodePolicy
 
-from ._envelope import encode_envelope
-from ._message import Message
-from ._publish import unique_outputs
+from .._messages._envelope import encode_envelope
+from .._messages._message import Message
+from .._publish import unique_outputs
 
 __all__ = ["MAX_QUEUE_MESSAGE_BYTES", "POISON_SUFFIX", "QueuePublisher", "poison_name_refusal"]
 

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .._messages._message import Message
+from .._outcome import Outcome
+from .._processor import Processor
 from ._breaker import Breaker, is_outage
-from ._message import Message
-from ._outcome import Outcome
-from ._processor import Processor
 
 __all__ = ["process_until_settled"]
 

@@ -35,14 +35,14 @@ from typing import Any, Final, Literal
 from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueClient, QueueMessage
 
-from ._admission import Refused, SentAt, admit_text
+from .._messages._admission import Refused, SentAt, admit_text
+from .._messages._message import Message
+from .._outcome import utcnow
+from .._processor import Processor
 from ._breaker import Breaker
 from ._locks import Held, LockRenewal, signals_call, text_of
-from ._message import Message
-from ._outcome import utcnow
 from ._poison import PoisonEntry, poison_queue_of
-from ._processor import Processor
-from ._queue import poison_name_refusal
+from ._publisher import poison_name_refusal
 from ._rounds import process_until_settled
 from ._settling import ConsumerStats, QueueOutcome, Settler
 

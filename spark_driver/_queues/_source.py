@@ -58,10 +58,10 @@ from pyspark.sql.types import (
 from handlers import Message, PoisonEntry, Refused, StateStore, admit_text
 from streamstone_py import RetryPolicy
 
-from ._queue_config import MAX_HIDDEN, delete, lost_lock, queue_call, queue_service, send_poison
-from ._queue_options import NAME, QueueOptions
-from ._rows import body_json
-from ._worker import storage, table_client
+from .._rows import body_json
+from .._worker import storage, table_client
+from ._config import MAX_HIDDEN, delete, lost_lock, queue_call, queue_service, send_poison
+from ._options import NAME, QueueOptions
 
 try:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow

@@ -22,7 +22,7 @@ from typing import Any, Final
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
-from ._queue import MAX_QUEUE_MESSAGE_BYTES
+from ._publisher import MAX_QUEUE_MESSAGE_BYTES
 
 __all__ = ["PoisonEntry", "PoisonQueue", "poison_queue_of"]
 

@@ -15,8 +15,8 @@ from typing import Any, Final, TypeVar
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from ._checks import INPUT_RECORD
-from ._files import canonical, names, read_text, write_text
+from .._checks import INPUT_RECORD
+from ._fs import canonical, names, read_text, write_text
 
 __all__ = ["FORMATS", "INPUT", "Checkpoint", "Unreadable"]
 
