@@ -128,7 +128,7 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
     tag = uuid.uuid4().hex[:8]
     table_name, in_name, out_name = f"chaosq{tag}", f"chaos-{tag}", f"chaos-{tag}-out"
     keys = [f"acct-{n}" for n in range(config.keys)]
-    started = time.monotonic()
+    began = time.monotonic()
     with tempfile.TemporaryDirectory() as data, AzuriteTable(location=data, queues=True) as azurite:
         connection = azurite.connection_string
         service = QueueServiceClient.from_connection_string(connection)
@@ -146,6 +146,9 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
         sent: dict[str, Message] = {}
         hostile: dict[str, str] = {}  # text: how it breaks
         later: list[tuple[float, str]] = []  # (when, text): copies sent seconds apart
+        # The sending's clock starts once everything is up: on a loaded machine
+        # Azurite and the workers' start may take longer than a short run sends.
+        started = time.monotonic()
         restarts_at = _spread(started, config.duration, config.restarts)
         outages_at = _spread(started + config.duration / 8, config.duration, config.outages)
         outage_ends: float | None = None
@@ -206,5 +209,5 @@ def run_queue(config: QueueChaosConfig) -> QueueReport:
             told = [json.loads(line) for line in lines if line.endswith("\n")]
         check(report, sent, hostile, told, table, service, in_name, out_name)
         table.close()
-    report.seconds = time.monotonic() - started
+    report.seconds = time.monotonic() - began
     return report
