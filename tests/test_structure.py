@@ -24,6 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("streamstone_py", "handlers", "spark_driver")
 
 
+def module_name(path: Path) -> str:
+    """``streamstone_py/_transport/_runner.py`` -> ``streamstone_py._transport._runner``;
+    a package's ``__init__.py`` is the package itself."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(folder: str) -> list[Path]:
+    """Every module under ``folder``, its subpackages' included."""
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
 def _runtime_nodes(tree: ast.Module) -> list[ast.AST]:
     """Every node of the module except those under ``if TYPE_CHECKING:``."""
     skipped: set[int] = set()
@@ -33,17 +45,21 @@ def _runtime_nodes(tree: ast.Module) -> list[ast.AST]:
     return [node for node in ast.walk(tree) if id(node) not in skipped]
 
 
-def _imports(path: Path, package: str) -> set[str]:
-    """The project modules ``path`` imports when it runs (package-relative resolved)."""
-    here = f"{package}.{path.stem}" if path.stem != "__init__" else package
+def _imports(path: Path, typing: bool) -> set[str]:
+    """The project modules ``path`` imports (package-relative resolved): when it
+    runs, and with ``typing`` those it names for the type checker too."""
+    here = module_name(path)
+    tree = ast.parse(path.read_text())
     found: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    for node in ast.walk(tree) if typing else _runtime_nodes(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
+                # A package's own name is its __init__: `.` from there is the package.
                 parts = here.split(".")
                 base = ".".join(parts[: len(parts) - node.level + (path.stem == "__init__")])
                 if node.module:
                     found.add(f"{base}.{node.module}")
+                    found.update(f"{base}.{node.module}.{alias.name}" for alias in node.names)
                 else:  # from . import _stream
                     found.update(f"{base}.{alias.name}" for alias in node.names)
             elif node.module:
@@ -54,14 +70,14 @@ def _imports(path: Path, package: str) -> set[str]:
     return {name for name in found if name.split(".")[0] in LAYERS}
 
 
-def graph() -> dict[str, set[str]]:
-    modules: dict[str, set[str]] = {}
-    for package in LAYERS:
-        for path in sorted((ROOT / package).glob("*.py")):
-            name = f"{package}.{path.stem}" if path.stem != "__init__" else package
-            modules[name] = _imports(path, package)
+def graph(*, typing: bool = False) -> dict[str, set[str]]:
+    """Each module of the packages, and the modules it imports (with ``typing``,
+    those under ``if TYPE_CHECKING:`` too)."""
+    found = {
+        module_name(path): _imports(path, typing) for package in LAYERS for path in modules(package)
+    }
     # Keep only edges to modules (``from x import name`` also listed x.name).
-    return {name: {m for m in targets if m in modules} for name, targets in modules.items()}
+    return {name: {m for m in targets if m in found} for name, targets in found.items()}
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -128,7 +144,7 @@ def test_no_package_or_benchmark_module_is_over_350_lines() -> None:
     long = {
         str(path.relative_to(ROOT)): lines
         for folder in SIZED
-        for path in sorted((ROOT / folder).glob("*.py"))
+        for path in modules(folder)
         if (lines := len(path.read_text().splitlines())) > 350
     }
     assert long == {}
