@@ -37,14 +37,14 @@ from ._model import (
     is_stream_row_key,
 )
 from ._partition import Partition, check_key, id_row_key, key_order
-from ._protocol import Row, TableOperation
-from ._retry import RetryPolicy, is_transient
 from ._scan import ScannedStream
 from ._shard import Shard
 from ._stream import Stream
 from ._tables import query_rows, read_row, submit
+from ._transport._protocol import Row, TableOperation
+from ._transport._retry import RetryPolicy, is_transient
+from ._transport._wire._client import WireTableClient
 from ._values import PropertyValue
-from ._wire import WireTableClient
 
 __all__ = [
     "ConcurrencyConflictError",

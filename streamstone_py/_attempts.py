@@ -13,9 +13,9 @@ from azure.core.exceptions import AzureError
 
 from ._errors import ConcurrencyConflictError, StreamBeingDeletedError
 from ._partition import Partition
-from ._protocol import Steps, pause
-from ._retry import is_ambiguous
 from ._rows import header_row, is_deleted, stream_from_row
+from ._transport._protocol import Steps, pause
+from ._transport._retry import is_ambiguous
 
 if TYPE_CHECKING:
     from ._stream import Stream  # handed down as ``header_type``; see _rows

@@ -17,7 +17,8 @@ from ._errors import ConcurrencyConflictError, StreamNotFoundError
 from ._headers import open_for_change
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
 from ._plan import MAX_BATCH_OPERATIONS
-from ._protocol import (
+from ._rows import header_entity, header_of, header_row, is_deleted, stream_from_row
+from ._transport._protocol import (
     Steps,
     TableOperation,
     error_code,
@@ -26,8 +27,7 @@ from ._protocol import (
     submit_transaction,
     update_entity,
 )
-from ._retry import is_ambiguous
-from ._rows import header_entity, header_of, header_row, is_deleted, stream_from_row
+from ._transport._retry import is_ambiguous
 from ._values import EVENT_ID
 
 if TYPE_CHECKING:

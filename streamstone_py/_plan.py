@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ._model import EventData, Include, fold_includes
 from ._payload import TRANSACTION_BYTES, operation_bytes
-from ._protocol import OperationKind, TableOperation
 from ._rows import event_operations, header_entity, header_of
+from ._transport._protocol import OperationKind, TableOperation
 from ._values import check_entity
 
 if TYPE_CHECKING:

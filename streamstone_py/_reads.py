@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Final
 from ._errors import StreamNotFoundError, StreamstoneError
 from ._model import StreamSlice
 from ._partition import Partition
-from ._protocol import GetEntity, QueryEntities, Row, Steps, parallel, query_entities
 from ._rows import is_deleted, recorded_from_row, stream_from_row
+from ._transport._protocol import GetEntity, QueryEntities, Row, Steps, parallel, query_entities
 
 if TYPE_CHECKING:
     from ._stream import Stream  # handed down as ``header_type``; see _rows

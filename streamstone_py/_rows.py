@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import StreamstoneError
 from ._model import EventData, Include, RecordedEvent
 from ._partition import Partition
-from ._protocol import Entity, Row, Steps, TableOperation, get_entity
+from ._transport._protocol import Entity, Row, Steps, TableOperation, get_entity
 from ._values import (
     DELETED,
     EVENT_ID,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ._protocol import (
+from ._transport._protocol import (
     GetEntity,
     QueryEntities,
     Row,
@@ -17,8 +17,8 @@ from ._protocol import (
     query_entities,
     submit_transaction,
 )
-from ._retry import DEFAULT_POLICY, RetryPolicy
-from ._runner import run
+from ._transport._retry import DEFAULT_POLICY, RetryPolicy
+from ._transport._runner import run
 
 __all__ = ["query_rows", "read_row", "submit"]
 

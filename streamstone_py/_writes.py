@@ -22,7 +22,8 @@ from ._headers import open_for_change
 from ._model import EventData, Include, RecordedEvent, WriteResult
 from ._partition import Partition
 from ._plan import Chunk, check_events, plan
-from ._protocol import (
+from ._rows import header_entity, header_row, is_deleted, recorded_from_row, stream_from_row
+from ._transport._protocol import (
     Steps,
     TableOperation,
     error_code,
@@ -30,7 +31,6 @@ from ._protocol import (
     query_entities,
     submit_transaction,
 )
-from ._rows import header_entity, header_row, is_deleted, recorded_from_row, stream_from_row
 from ._values import comparable
 
 if TYPE_CHECKING:

@@ -28,14 +28,24 @@ import tenacity
 from azure.core.exceptions import AzureError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from . import _headers, _maintenance, _plan, _reads, _sdk, _writes
+from . import _headers, _maintenance, _plan, _reads, _writes
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
-from ._protocol import Done, Parallel, Pause, Request, Steps, advance, pause_seconds, retry_args
-from ._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
 from ._stream import Stream as StreamHeader
+from ._transport import _sdk
+from ._transport._protocol import (
+    Done,
+    Parallel,
+    Pause,
+    Request,
+    Steps,
+    advance,
+    pause_seconds,
+    retry_args,
+)
+from ._transport._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
+from ._transport._wire._client_aio import AsyncWireTableClient
 from ._values import PropertyValue
-from ._wire_aio import AsyncWireTableClient
 
 __all__ = ["AsyncWireTableClient", "Stream", "performer", "run"]
 

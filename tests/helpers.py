@@ -30,9 +30,9 @@ from streamstone_py import (
     Stream,
     StreamSlice,
     WriteResult,
-    _runner,
     aio,
 )
+from streamstone_py._transport import _runner
 from streamstone_py._values import from_table
 
 T = TypeVar("T")

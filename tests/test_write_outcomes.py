@@ -27,7 +27,7 @@ from streamstone_py import (
     WireTableClient,
     WriteResult,
 )
-from streamstone_py._faults import error_code
+from streamstone_py._transport._faults import error_code
 from streamstone_py.aio import AsyncWireTableClient
 from tests.faults import BATCH, FAST, AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import S, rows, wait

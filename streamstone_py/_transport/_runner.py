@@ -27,7 +27,7 @@ from ._protocol import (
     retry_args,
 )
 from ._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
-from ._wire import WireTableClient
+from ._wire._client import WireTableClient
 
 __all__ = ["performer", "run"]
 
