@@ -16,7 +16,8 @@ Errors are documented together in :mod:`streamstone_py._errors`; they all
 derive from :class:`StreamstoneError`.
 """
 
-from ._binary import join_binary, split_binary
+from ._codec._binary import join_binary, split_binary
+from ._codec._values import PropertyValue
 from ._config import RedactSecrets, TableConfig, Transport, guard_url_logs, redact
 from ._errors import (
     ConcurrencyConflictError,
@@ -44,7 +45,6 @@ from ._tables import query_rows, read_row, submit
 from ._transport._protocol import Row, TableOperation
 from ._transport._retry import RetryPolicy, is_transient
 from ._transport._wire._client import WireTableClient
-from ._values import PropertyValue
 
 __all__ = [
     "ConcurrencyConflictError",

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 from azure.core.exceptions import HttpResponseError, ResourceExistsError
 
 from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, conflict
+from ._codec._text import exact_str
+from ._codec._values import VERSION, check_entity, comparable, from_table
 from ._errors import StreamBeingDeletedError, StreamNotFoundError, StreamstoneError
 from ._partition import Partition
 from ._rows import header_entity, header_row, is_deleted, stream_from_row
-from ._text import exact_str
 from ._transport._protocol import Steps, create_entity, get_entity, update_entity
-from ._values import VERSION, check_entity, comparable, from_table
 
 if TYPE_CHECKING:
     from ._stream import Stream  # handed down as ``header_type``; see _rows

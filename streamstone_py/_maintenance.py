@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
+from ._codec._values import EVENT_ID
 from ._errors import ConcurrencyConflictError, StreamNotFoundError
 from ._headers import open_for_change
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
@@ -28,7 +29,6 @@ from ._transport._protocol import (
     update_entity,
 )
 from ._transport._retry import is_ambiguous
-from ._values import EVENT_ID
 
 if TYPE_CHECKING:
     from ._stream import Stream  # handed down as ``header_type``; see _rows

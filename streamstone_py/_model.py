@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._partition import RESERVED_PREFIX, SEPARATOR, check_key
-from ._values import (
+from ._codec._values import (
     RESERVED_NAMES,
     SYSTEM_NAMES,
     PropertyValue,
@@ -15,6 +14,7 @@ from ._values import (
     convert_properties,
     freeze,
 )
+from ._partition import RESERVED_PREFIX, SEPARATOR, check_key
 
 if TYPE_CHECKING:
     from ._stream import Stream

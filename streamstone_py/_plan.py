@@ -1,6 +1,6 @@
 """How a write is split into entity-group transactions: at most 100
 operations and 4 MiB each, in the bytes the request carries (see
-:mod:`._payload`), the header in every one, and every event measured
+:mod:`._codec._payload`), the header in every one, and every event measured
 before anything is sent."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from ._codec._payload import TRANSACTION_BYTES, operation_bytes
+from ._codec._values import check_entity
 from ._model import EventData, Include, fold_includes
-from ._payload import TRANSACTION_BYTES, operation_bytes
 from ._rows import event_operations, header_entity, header_of
 from ._transport._protocol import OperationKind, TableOperation
-from ._values import check_entity
 
 if TYPE_CHECKING:
     from ._stream import Stream

@@ -10,11 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._errors import StreamstoneError
-from ._model import EventData, Include, RecordedEvent
-from ._partition import Partition
-from ._transport._protocol import Entity, Row, Steps, TableOperation, get_entity
-from ._values import (
+from ._codec._values import (
     DELETED,
     EVENT_ID,
     FIRST_VERSION,
@@ -26,6 +22,10 @@ from ._values import (
     plain_properties,
     to_table,
 )
+from ._errors import StreamstoneError
+from ._model import EventData, Include, RecordedEvent
+from ._partition import Partition
+from ._transport._protocol import Entity, Row, Steps, TableOperation, get_entity
 
 if TYPE_CHECKING:
     # Only named for the checker: the verbs that use this module are that

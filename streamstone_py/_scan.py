@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from azure.data.tables import TableClient
 
+from ._codec._text import exact_str
+from ._codec._values import DELETED
 from ._partition import Partition
 from ._rows import is_deleted, stream_from_row
-from ._text import exact_str
 from ._transport._protocol import QueryPage, Row, query_page
 from ._transport._retry import DEFAULT_POLICY, RetryPolicy
 from ._transport._runner import performer, run
-from ._values import DELETED
 
 if TYPE_CHECKING:
     from ._stream import Stream  # handed down as ``header_type``; see _rows

@@ -8,11 +8,11 @@ from typing import Any
 from azure.data.tables import TableClient
 
 from . import _headers, _maintenance, _plan, _reads, _scan, _writes
+from ._codec._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._transport._retry import DEFAULT_POLICY, RetryPolicy
 from ._transport._runner import run
-from ._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
 
 __all__ = ["Stream"]
 

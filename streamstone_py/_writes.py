@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 from azure.data.tables import TableTransactionError
 
 from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, refuse_tombstone
+from ._codec._values import comparable
 from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -31,7 +32,6 @@ from ._transport._protocol import (
     query_entities,
     submit_transaction,
 )
-from ._values import comparable
 
 if TYPE_CHECKING:
     from ._stream import Stream  # handed down as ``header_type``; see _rows

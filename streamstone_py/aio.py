@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import _headers, _maintenance, _plan, _reads, _writes
+from ._codec._values import PropertyValue
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._stream import Stream as StreamHeader
 from ._transport._runner_aio import performer, run
 from ._transport._wire._client_aio import AsyncWireTableClient
-from ._values import PropertyValue
 
 __all__ = ["AsyncWireTableClient", "Stream", "performer", "run"]
 

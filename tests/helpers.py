@@ -32,8 +32,8 @@ from streamstone_py import (
     WriteResult,
     aio,
 )
+from streamstone_py._codec._values import from_table
 from streamstone_py._transport import _runner
-from streamstone_py._values import from_table
 
 T = TypeVar("T")
 
