@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from azure.data.tables import TableClient
@@ -12,7 +13,7 @@ from ._codec._values import RESERVED_NAMES, PropertyValue, comparable, convert_p
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
 from ._transport._retry import DEFAULT_POLICY, RetryPolicy
-from ._transport._runner import run
+from ._transport._runner import pages, run
 
 __all__ = ["Stream"]
 
@@ -287,7 +288,8 @@ class Stream:
         headers, so give a range to split a large table among workers (list the
         keys with :meth:`scan_keys`). Streams being deleted are left out.
         """
-        return _scan.scan(table, stream_name, start_key, end_key, page_size, retry, Stream)
+        first = partial(_scan.query, table, stream_name, start_key, end_key, page_size, None)
+        return _scan.scan(pages(table, retry, first), table, stream_name, retry, Stream)
 
     @staticmethod
     def scan_keys(
@@ -299,4 +301,5 @@ class Stream:
         page_size: int = 1000,
     ) -> Iterator[str]:
         """The partition keys :meth:`scan` would visit, without their headers' properties."""
-        return _scan.scan_keys(table, stream_name, start_key, end_key, page_size)
+        first = partial(_scan.query, table, stream_name, start_key, end_key, page_size, _scan.KEYS)
+        return _scan.scan_keys(pages(table, DEFAULT_POLICY, first))
