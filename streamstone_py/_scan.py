@@ -11,28 +11,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Final
+from typing import Final, Generic
 
 from azure.data.tables import TableClient
 
 from ._codec._text import exact_str
 from ._codec._values import DELETED
+from ._header_type import H, H_co
 from ._partition import Partition
 from ._rows import is_deleted, stream_from_row
 from ._transport._protocol import QueryPage, Row
 from ._transport._retry import RetryPolicy
 
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
-
 __all__ = ["KEYS", "ScannedStream", "query", "scan", "scan_keys"]
 
 
 @dataclass(frozen=True, slots=True)
-class ScannedStream:
+class ScannedStream(Generic[H_co]):
     """A stream header found by :meth:`Stream.scan`, and when its row last changed."""
 
-    stream: Stream
+    stream: H_co
     #: The header row's ``Timestamp``, set by the service at every write.
     updated: datetime
 
@@ -72,8 +70,8 @@ def scan(
     table: TableClient,
     stream_name: str | None,
     retry: RetryPolicy,
-    header_type: type[Stream],
-) -> Iterator[ScannedStream]:
+    header_type: type[H],
+) -> Iterator[ScannedStream[H]]:
     """The headers the pages of a scan's query hold, but those being deleted."""
     for page in pages:
         for row in page:

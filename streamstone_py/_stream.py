@@ -170,7 +170,7 @@ class Stream:
         *events: EventData,
         expected_version: int | None = None,
         track_changes: bool = True,
-    ) -> WriteResult:
+    ) -> WriteResult[Stream]:
         """Append events to a stream in one entity-group transaction.
 
         ``Stream.write(stream, *events)`` writes after the header ``stream``
@@ -218,7 +218,9 @@ class Stream:
         _plan.check_write(stream, events, track_changes)
 
     @staticmethod
-    def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:
+    def read(
+        partition: Partition, start_version: int = 1, slice_size: int = 1000
+    ) -> StreamSlice[Stream]:
         """Read up to ``slice_size`` events from ``start_version`` on, in version order.
 
         Page through a stream with ``start_version = last.version + 1`` until
@@ -279,7 +281,7 @@ class Stream:
         end_key: str | None = None,
         page_size: int = 1000,
         retry: RetryPolicy = DEFAULT_POLICY,
-    ) -> Iterator[_scan.ScannedStream]:
+    ) -> Iterator[_scan.ScannedStream[Stream]]:
         """Every stream called ``stream_name`` (``None``: the plain streams) in the
         table whose partition key is ``>= start_key`` and ``< end_key`` (either
         bound may be left open), in partition-key order, a page at a time.

@@ -72,7 +72,7 @@ class Stream:
         *events: EventData,
         expected_version: int | None = None,
         track_changes: bool = True,
-    ) -> WriteResult:
+    ) -> WriteResult[StreamHeader]:
         """Append events; see :meth:`streamstone_py.Stream.write`."""
         partition = target.partition if isinstance(target, StreamHeader) else target
         return await run(
@@ -89,7 +89,7 @@ class Stream:
     @staticmethod
     async def read(
         partition: Partition, start_version: int = 1, slice_size: int = 1000
-    ) -> StreamSlice:
+    ) -> StreamSlice[StreamHeader]:
         """Read one slice; see :meth:`streamstone_py.Stream.read`."""
         return await run(partition, _reads.read(partition, start_version, slice_size, StreamHeader))
 

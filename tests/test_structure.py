@@ -5,9 +5,10 @@ The import graph:
 
 ``streamstone_py`` knows nothing of ``handlers`` or Spark, ``handlers``
 nothing of Spark, and inside each package no two modules import each other,
-directly or around a loop. Imports under ``if TYPE_CHECKING:`` are left out:
-they never run, so they cannot make the order of loading matter; they only
-name types for the checker.
+directly or around a loop. For the layers, only the imports that run count
+(those under ``if TYPE_CHECKING:`` never run, so they cannot make the order
+of loading matter). For circles the type checker's imports count too: a
+module that names another's type depends on it as much as one that calls it.
 """
 
 from __future__ import annotations
@@ -117,6 +118,35 @@ def test_no_import_circle() -> None:
     assert [" -> ".join(c) for c in cycles(graph())] == []
 
 
+def within(module: str, package: str) -> bool:
+    """Is ``module`` the package ``package`` or one of the modules under it?"""
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        "streamstone_py",
+        pytest.param(
+            "handlers",
+            marks=pytest.mark.xfail(
+                reason="handlers._processor -> handlers._writing -> handlers._processor "
+                "(Processor named for the type checker): still to be untangled",
+                strict=True,
+            ),
+        ),
+        "spark_driver",
+    ],
+)
+def test_no_import_circle_the_type_checkers_imports_included(package: str) -> None:
+    edges = {
+        module: {t for t in targets if within(t, package)}
+        for module, targets in graph(typing=True).items()
+        if within(module, package)
+    }
+    assert [" -> ".join(c) for c in cycles(edges)] == []
+
+
 def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
     # The walk itself is tested on a made-up graph, so that an empty answer
     # above means no circle, not a checker that finds none.
@@ -133,6 +163,13 @@ def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
     assert "streamstone_py" in real["handlers._processor"]
     assert "handlers._processor" in real["handlers"]
     assert "handlers" in real["spark_driver._executor"]
+    # From a room (a subpackage) to the room beside it and to the package above.
+    assert "streamstone_py._transport._protocol" in real["streamstone_py._transport._runner"]
+    assert "streamstone_py._transport._wire._client" in real["streamstone_py._transport._runner"]
+    assert "streamstone_py._codec._values" in real["streamstone_py._rows"]
+    # The type checker's imports only where asked for.
+    assert "handlers._processor" not in real["handlers._writing"]
+    assert "handlers._processor" in graph(typing=True)["handlers._writing"]
 
 
 #: Where the 350-line rule holds: the packages, and the benchmarks (scripts
