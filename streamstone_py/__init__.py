@@ -16,7 +16,8 @@ Errors are documented together in :mod:`streamstone_py._errors`; they all
 derive from :class:`StreamstoneError`.
 """
 
-from ._binary import join_binary, split_binary
+from ._codec._binary import join_binary, split_binary
+from ._codec._values import PropertyValue
 from ._config import RedactSecrets, TableConfig, Transport, guard_url_logs, redact
 from ._errors import (
     ConcurrencyConflictError,
@@ -37,14 +38,13 @@ from ._model import (
     is_stream_row_key,
 )
 from ._partition import Partition, check_key, id_row_key, key_order
-from ._protocol import Row, TableOperation
-from ._retry import RetryPolicy, is_transient
 from ._scan import ScannedStream
 from ._shard import Shard
 from ._stream import Stream
 from ._tables import query_rows, read_row, submit
-from ._values import PropertyValue
-from ._wire import WireTableClient
+from ._transport._protocol import Row, TableOperation
+from ._transport._retry import RetryPolicy, is_transient
+from ._transport._wire._client import WireTableClient
 
 __all__ = [
     "ConcurrencyConflictError",

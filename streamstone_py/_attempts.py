@@ -7,18 +7,16 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, TypeVar
 
 from azure.core.exceptions import AzureError
 
 from ._errors import ConcurrencyConflictError, StreamBeingDeletedError
+from ._header_type import H
 from ._partition import Partition
-from ._protocol import Steps, pause
-from ._retry import is_ambiguous
 from ._rows import header_row, is_deleted, stream_from_row
-
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
+from ._transport._protocol import Steps, pause
+from ._transport._retry import is_ambiguous
 
 __all__ = ["CONFLICT", "NOT_APPLIED", "Unresolved", "attempt", "conflict", "refuse_tombstone"]
 
@@ -42,7 +40,7 @@ def attempt(
     partition: Partition,
     send: Callable[[], Steps[T]],
     resolve: Callable[[], Steps[T | Unresolved]],
-    header_type: type[Stream],
+    header_type: type[H],
 ) -> Steps[T]:
     """Send a write; when its outcome is unknown, find out instead of guessing.
 
@@ -91,8 +89,8 @@ def attempt(
 
 
 def refuse_tombstone(
-    partition: Partition, cause: Exception, header_type: type[Stream]
-) -> Steps[Stream | None]:
+    partition: Partition, cause: Exception, header_type: type[H]
+) -> Steps[H | None]:
     """After a write conflicted: if a delete has left a tombstone, say so, and how
     to finish it; otherwise the stream as stored now (None: there is none)."""
     row = yield from header_row(partition)
@@ -104,10 +102,10 @@ def refuse_tombstone(
 
 
 def conflict(
-    partition: Partition, reason: str, cause: Exception, header_type: type[Stream]
-) -> Steps[ConcurrencyConflictError]:
+    partition: Partition, reason: str, cause: Exception, header_type: type[H]
+) -> Steps[ConcurrencyConflictError[H]]:
     """The conflict to raise, with the stream read after it (or the pending delete)."""
     current = yield from refuse_tombstone(partition, cause, header_type)
-    error = ConcurrencyConflictError(partition, reason)
+    error: ConcurrencyConflictError[H] = ConcurrencyConflictError(partition, reason)
     error.current = current
     return error

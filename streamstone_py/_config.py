@@ -14,8 +14,8 @@ from azure.core.credentials import AzureSasCredential
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from ._wire import WireTableClient, environment_once
-from ._wire_aio import AsyncWireTableClient
+from ._transport._wire._client import WireTableClient, environment_once
+from ._transport._wire._client_aio import AsyncWireTableClient
 
 __all__ = ["TableConfig", "Transport"]
 

@@ -44,12 +44,11 @@ the caller gets a :class:`PartialWriteError` with that error as its cause.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
-if TYPE_CHECKING:
-    from ._model import WriteResult
-    from ._partition import Partition
-    from ._stream import Stream
+from ._header_type import H_co
+from ._model import WriteResult
+from ._partition import Partition
 
 __all__ = [
     "ConcurrencyConflictError",
@@ -72,13 +71,15 @@ class _PartitionError(StreamstoneError):
         self.partition = partition
 
 
-class _WriteError(_PartitionError):
+class _WriteError(_PartitionError, Generic[H_co]):
+    # Generic in the header it holds (a Stream: the verbs are that class's), because
+    # the errors stand below the class; see _header_type.
     #: For a write split over several transactions: what the earlier
     #: transactions committed before this one failed (``None`` if nothing was).
-    committed: WriteResult | None = None
+    committed: WriteResult[H_co] | None = None
 
 
-class ConcurrencyConflictError(_WriteError):
+class ConcurrencyConflictError(_WriteError[H_co]):
     """The stream changed since its header was read, or already exists.
 
     The partition is left exactly as it was before the failing transaction.
@@ -91,10 +92,10 @@ class ConcurrencyConflictError(_WriteError):
     def __init__(self, partition: Partition, reason: str) -> None:
         super().__init__(partition, f"Concurrent write detected: {reason}")
         self.reason = reason
-        self.current: Stream | None = None
+        self.current: H_co | None = None
 
 
-class DuplicateEventError(_WriteError):
+class DuplicateEventError(_WriteError[H_co]):
     """An event with this id already exists in the stream. ``id`` names it."""
 
     def __init__(self, partition: Partition, id: str) -> None:
@@ -102,7 +103,7 @@ class DuplicateEventError(_WriteError):
         self.id = id
 
 
-class StreamBeingDeletedError(ConcurrencyConflictError):
+class StreamBeingDeletedError(ConcurrencyConflictError[H_co]):
     """A write met a stream whose delete has begun and not finished.
 
     Its header is a tombstone: a delete is running, or was interrupted.
@@ -132,7 +133,7 @@ class StreamNotFoundError(_PartitionError):
         self.deleting = deleting
 
 
-class IncludedOperationConflictError(_WriteError):
+class IncludedOperationConflictError(_WriteError[H_co]):
     """An included entity operation failed; ``entity`` and ``operation`` name it."""
 
     def __init__(
@@ -149,7 +150,7 @@ class IncludedOperationConflictError(_WriteError):
         self.code = code
 
 
-class PartialWriteError(_WriteError):
+class PartialWriteError(_WriteError[H_co]):
     """A write split over several transactions stored some of them, then
     stopped on an error that is none of the engine's outcomes: a fault that
     outlasted the retries or the call's deadline, an error the engine does
@@ -163,9 +164,11 @@ class PartialWriteError(_WriteError):
     (``Stream.find`` gives the version of an event id, or ``None``).
     """
 
-    committed: WriteResult
+    committed: WriteResult[H_co]
 
-    def __init__(self, partition: Partition, committed: WriteResult, cause: Exception) -> None:
+    def __init__(
+        self, partition: Partition, committed: WriteResult[H_co], cause: Exception
+    ) -> None:
         lines = str(cause).splitlines()
         super().__init__(
             partition,

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from azure.core.exceptions import HttpResponseError, ResourceExistsError
 
 from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, conflict
+from ._codec._text import exact_str
+from ._codec._values import VERSION, check_entity, comparable, from_table
 from ._errors import StreamBeingDeletedError, StreamNotFoundError, StreamstoneError
+from ._header_type import H
 from ._partition import Partition
-from ._protocol import Steps, create_entity, get_entity, update_entity
 from ._rows import header_entity, header_row, is_deleted, stream_from_row
-from ._text import exact_str
-from ._values import VERSION, check_entity, comparable, from_table
-
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
+from ._transport._protocol import Steps, create_entity, get_entity, update_entity
 
 __all__ = [
     "exists",
@@ -30,8 +28,8 @@ __all__ = [
 
 
 def provision(
-    partition: Partition, properties: Mapping[str, Any] | None, header_type: type[Stream]
-) -> Steps[Stream]:
+    partition: Partition, properties: Mapping[str, Any] | None, header_type: type[H]
+) -> Steps[H]:
     entity = header_entity(partition, 0, properties or {})
     check_entity(entity, "stream header", emulator=partition.is_emulator)
 
@@ -56,13 +54,13 @@ def provision(
     return header_type._stored(partition, etag, 0, properties or {})
 
 
-def try_open(partition: Partition, header_type: type[Stream]) -> Steps[Stream | None]:
+def try_open(partition: Partition, header_type: type[H]) -> Steps[H | None]:
     row = yield from header_row(partition)
     # A stream that is being deleted no longer exists for readers and writers.
     return None if row is None or is_deleted(row) else stream_from_row(partition, row, header_type)
 
 
-def open_for_change(partition: Partition, header_type: type[Stream]) -> Steps[Stream]:
+def open_for_change(partition: Partition, header_type: type[H]) -> Steps[H]:
     """The stored header, for a verb that changes the stream: a tombstone means a
     delete is pending, which the writer is told how to finish."""
     row = yield from header_row(partition)
@@ -73,7 +71,7 @@ def open_for_change(partition: Partition, header_type: type[Stream]) -> Steps[St
     return stream_from_row(partition, row, header_type)
 
 
-def open_stream(partition: Partition, header_type: type[Stream]) -> Steps[Stream]:
+def open_stream(partition: Partition, header_type: type[H]) -> Steps[H]:
     row = yield from header_row(partition)
     if row is None or is_deleted(row):
         raise StreamNotFoundError(partition, deleting=row is not None)
@@ -98,7 +96,7 @@ def exists(partition: Partition) -> Steps[bool]:
     return row is not None and not is_deleted(row)
 
 
-def set_properties(stream: Stream, properties: Mapping[str, Any]) -> Steps[Stream]:
+def set_properties(stream: H, properties: Mapping[str, Any]) -> Steps[H]:
     if stream.etag is None:
         raise ValueError("cannot set properties on a transient stream; provision or write it first")
     partition = stream.partition

@@ -8,16 +8,19 @@ by calling again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableTransactionError
 
+from ._codec._values import EVENT_ID
 from ._errors import ConcurrencyConflictError, StreamNotFoundError
+from ._header_type import H
 from ._headers import open_for_change
 from ._partition import EVENT_PREFIX, ID_PREFIX, Partition
 from ._plan import MAX_BATCH_OPERATIONS
-from ._protocol import (
+from ._rows import header_entity, header_of, header_row, is_deleted, stream_from_row
+from ._transport._protocol import (
     Steps,
     TableOperation,
     error_code,
@@ -26,12 +29,7 @@ from ._protocol import (
     submit_transaction,
     update_entity,
 )
-from ._retry import is_ambiguous
-from ._rows import header_entity, header_of, header_row, is_deleted, stream_from_row
-from ._values import EVENT_ID
-
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
+from ._transport._retry import is_ambiguous
 
 __all__ = ["delete", "truncate"]
 
@@ -115,7 +113,7 @@ def _sweep(
             yield from pause(doubtful, exc)
 
 
-def truncate(stream: Stream, before_version: int, batch_size: int) -> Steps[Stream]:
+def truncate(stream: H, before_version: int, batch_size: int) -> Steps[H]:
     if stream.etag is None:
         raise ValueError("cannot truncate a transient stream")
     if not isinstance(before_version, int) or isinstance(before_version, bool):
@@ -170,7 +168,7 @@ def truncate(stream: Stream, before_version: int, batch_size: int) -> Steps[Stre
     return current
 
 
-def delete(target: Stream | Partition, batch_size: int, header_type: type[Stream]) -> Steps[None]:
+def delete(target: H | Partition, batch_size: int, header_type: type[H]) -> Steps[None]:
     """Delete the stream of ``target``: conditional on a header's ETag, or, given
     a partition, on the header as read now (which also finishes a delete that
     another process began)."""

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Generic, Literal
 
-from ._partition import RESERVED_PREFIX, SEPARATOR, check_key
-from ._values import (
+from ._codec._values import (
     RESERVED_NAMES,
     SYSTEM_NAMES,
     PropertyValue,
@@ -15,9 +14,8 @@ from ._values import (
     convert_properties,
     freeze,
 )
-
-if TYPE_CHECKING:
-    from ._stream import Stream
+from ._header_type import H_co
+from ._partition import RESERVED_PREFIX, SEPARATOR, check_key
 
 __all__ = [
     "EventData",
@@ -263,7 +261,7 @@ class RecordedEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamSlice:
+class StreamSlice(Generic[H_co]):
     """One page of a stream read: the header as read, and events in version order.
 
     ``truncated`` is true when the slice asked for versions that
@@ -271,7 +269,7 @@ class StreamSlice:
     the stream now begins.
     """
 
-    stream: Stream
+    stream: H_co
     events: tuple[RecordedEvent, ...]
     is_end_of_stream: bool
     truncated: bool = False
@@ -286,11 +284,11 @@ class StreamSlice:
 
 
 @dataclass(frozen=True, slots=True)
-class WriteResult:
+class WriteResult(Generic[H_co]):
     """The outcome of a write: the new header (reuse it for the next write),
     the events as recorded, and the included entities with their new ETags
     (``None`` for deletes)."""
 
-    stream: Stream
+    stream: H_co
     events: tuple[RecordedEvent, ...]
     includes: tuple[Include, ...] = ()

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 from azure.data.tables import TableClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from ._retry import DEFAULT_POLICY, RetryPolicy
-from ._text import EMULATOR_ACCOUNT, exact_str, lone_surrogate, utf16_size
+from ._codec._text import EMULATOR_ACCOUNT, exact_str, lone_surrogate, utf16_size
+from ._transport._retry import DEFAULT_POLICY, RetryPolicy
 
 __all__ = ["Partition", "check_key", "id_row_key", "key_order", "table_endpoint"]
 

@@ -1,6 +1,6 @@
 """How a write is split into entity-group transactions: at most 100
 operations and 4 MiB each, in the bytes the request carries (see
-:mod:`._payload`), the header in every one, and every event measured
+:mod:`._codec._payload`), the header in every one, and every event measured
 before anything is sent."""
 
 from __future__ import annotations
@@ -8,16 +8,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from ._codec._payload import TRANSACTION_BYTES, operation_bytes
+from ._codec._values import check_entity
+from ._header_type import Header
 from ._model import EventData, Include, fold_includes
-from ._payload import TRANSACTION_BYTES, operation_bytes
-from ._protocol import OperationKind, TableOperation
 from ._rows import event_operations, header_entity, header_of
-from ._values import check_entity
-
-if TYPE_CHECKING:
-    from ._stream import Stream
+from ._transport._protocol import OperationKind, TableOperation
 
 __all__ = [
     "MAX_BATCH_BYTES",
@@ -76,7 +74,7 @@ class Chunk:
             self.roles.append(include)
 
 
-def plan(stream: Stream, events: Sequence[EventData], track_changes: bool) -> list[Chunk]:
+def plan(stream: Header, events: Sequence[EventData], track_changes: bool) -> list[Chunk]:
     """Split the write into transactions of at most 100 operations and 4 MiB.
 
     Each event is measured alone first, so an event that cannot fit any
@@ -155,7 +153,7 @@ def check_events(events: Sequence[EventData]) -> None:
             seen.add(event.id)
 
 
-def check_write(stream: Stream, events: Sequence[EventData], track_changes: bool = True) -> None:
+def check_write(stream: Header, events: Sequence[EventData], track_changes: bool = True) -> None:
     """Raise what ``write`` would raise for these events before sending anything."""
     check_events(events)
     plan(stream, events, track_changes)

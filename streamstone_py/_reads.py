@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from ._errors import StreamNotFoundError, StreamstoneError
+from ._header_type import H
 from ._model import StreamSlice
 from ._partition import Partition
-from ._protocol import GetEntity, QueryEntities, Row, Steps, parallel, query_entities
 from ._rows import is_deleted, recorded_from_row, stream_from_row
-
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
+from ._transport._protocol import GetEntity, QueryEntities, Row, Steps, parallel, query_entities
 
 __all__ = ["MAX_SLICE_SIZE", "POINT_READ_SLICE", "read"]
 
@@ -34,7 +32,7 @@ def _check_positive(name: str, value: object) -> int:
 
 
 def read(
-    partition: Partition, start_version: int, slice_size: int, header_type: type[Stream]
+    partition: Partition, start_version: int, slice_size: int, header_type: type[H]
 ) -> Steps[StreamSlice]:
     _check_positive("start_version", start_version)
     _check_positive("slice_size", slice_size)

@@ -8,13 +8,9 @@ holds). Every verb builds and reads rows through these functions."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._errors import StreamstoneError
-from ._model import EventData, Include, RecordedEvent
-from ._partition import Partition
-from ._protocol import Entity, Row, Steps, TableOperation, get_entity
-from ._values import (
+from ._codec._values import (
     DELETED,
     EVENT_ID,
     FIRST_VERSION,
@@ -26,11 +22,11 @@ from ._values import (
     plain_properties,
     to_table,
 )
-
-if TYPE_CHECKING:
-    # Only named for the checker: the verbs that use this module are that
-    # class's methods, so the class is handed down (``header_type``) instead.
-    from ._stream import Stream
+from ._errors import StreamstoneError
+from ._header_type import H, Header
+from ._model import EventData, Include, RecordedEvent
+from ._partition import Partition
+from ._transport._protocol import Entity, Row, Steps, TableOperation, get_entity
 
 __all__ = [
     "event_operations",
@@ -63,7 +59,7 @@ def header_entity(
     return entity
 
 
-def header_of(stream: Stream, version: int | None = None, deleted: bool = False) -> Entity:
+def header_of(stream: Header, version: int | None = None, deleted: bool = False) -> Entity:
     """The header row that keeps what ``stream`` knows, at ``version`` if given."""
     return header_entity(
         stream.partition,
@@ -78,7 +74,7 @@ def is_deleted(row: Row) -> bool:
     return bool(row.properties.get(DELETED))
 
 
-def stream_from_row(partition: Partition, row: Row, header_type: type[Stream]) -> Stream:
+def stream_from_row(partition: Partition, row: Row, header_type: type[H]) -> H:
     """The header a row holds, as an instance of ``header_type`` (``Stream``)."""
     version = from_table(row.properties.get(VERSION, 0))
     first = from_table(row.properties.get(FIRST_VERSION, 1))

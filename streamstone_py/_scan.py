@@ -8,58 +8,42 @@ service scans the range, and pages come back in partition-key order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Final, Generic
 
 from azure.data.tables import TableClient
 
+from ._codec._text import exact_str
+from ._codec._values import DELETED
+from ._header_type import H, H_co
 from ._partition import Partition
-from ._protocol import QueryPage, Row, query_page
-from ._retry import DEFAULT_POLICY, RetryPolicy
 from ._rows import is_deleted, stream_from_row
-from ._runner import performer, run
-from ._text import exact_str
-from ._values import DELETED
+from ._transport._protocol import QueryPage, Row
+from ._transport._retry import RetryPolicy
 
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
-
-__all__ = ["ScannedStream", "scan", "scan_keys"]
+__all__ = ["KEYS", "ScannedStream", "query", "scan", "scan_keys"]
 
 
 @dataclass(frozen=True, slots=True)
-class ScannedStream:
+class ScannedStream(Generic[H_co]):
     """A stream header found by :meth:`Stream.scan`, and when its row last changed."""
 
-    stream: Stream
+    stream: H_co
     #: The header row's ``Timestamp``, set by the service at every write.
     updated: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """What the runner needs to perform a scan's requests: a client and a policy."""
-
-    table: object
-    retry: RetryPolicy
-
-
-def _pages(
+def query(
     table: TableClient,
     stream_name: str | None,
     start_key: str | None,
     end_key: str | None,
     page_size: int,
     select: tuple[str, ...] | None,
-    retry: RetryPolicy,
-) -> Iterator[list[Row]]:
-    if performer(table) is None:
-        raise TypeError(
-            "table must be an azure.data.tables.TableClient or a streamstone_py.WireTableClient, "
-            f"got {table!r}"
-        )
+) -> QueryPage:
+    """The first page's request of a scan, its arguments checked."""
     if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= 1000:
         raise ValueError(f"page_size must be an int from 1 to 1000, got {page_size!r}")
     for name, key in (("start_key", start_key), ("end_key", end_key)):
@@ -74,26 +58,22 @@ def _pages(
     if end_key is not None:
         clauses.append("PartitionKey lt @end")
         parameters["end"] = end_key
-    target = _Target(table, retry)
-    continuation = None
-    while True:
-        request = QueryPage(" and ".join(clauses), parameters, page_size, select, continuation)
-        rows, continuation = run(target, query_page(request))
-        yield rows
-        if continuation is None:
-            return
+    return QueryPage(" and ".join(clauses), parameters, page_size, select)
+
+
+#: What the keys-only scan reads of each header.
+KEYS: Final = ("PartitionKey", DELETED)
 
 
 def scan(
+    pages: Iterable[list[Row]],
     table: TableClient,
     stream_name: str | None,
-    start_key: str | None,
-    end_key: str | None,
-    page_size: int,
     retry: RetryPolicy,
-    header_type: type[Stream],
-) -> Iterator[ScannedStream]:
-    for page in _pages(table, stream_name, start_key, end_key, page_size, None, retry):
+    header_type: type[H],
+) -> Iterator[ScannedStream[H]]:
+    """The headers the pages of a scan's query hold, but those being deleted."""
+    for page in pages:
         for row in page:
             if is_deleted(row):
                 continue  # a delete in progress: the stream is gone for readers
@@ -104,16 +84,9 @@ def scan(
             yield ScannedStream(stream, row.timestamp)
 
 
-def scan_keys(
-    table: TableClient,
-    stream_name: str | None,
-    start_key: str | None,
-    end_key: str | None,
-    page_size: int,
-    retry: RetryPolicy = DEFAULT_POLICY,
-) -> Iterator[str]:
-    selected = ("PartitionKey", DELETED)
-    for page in _pages(table, stream_name, start_key, end_key, page_size, selected, retry):
+def scan_keys(pages: Iterable[list[Row]]) -> Iterator[str]:
+    """The partition keys of the headers the pages of a keys-only scan hold."""
+    for page in pages:
         for row in page:
             if not row.properties.get(DELETED):
                 yield str(row.properties["PartitionKey"])

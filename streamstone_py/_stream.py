@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import partial
 from typing import Any
 
 from azure.data.tables import TableClient
 
 from . import _headers, _maintenance, _plan, _reads, _scan, _writes
+from ._codec._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
 from ._model import EventData, StreamSlice, WriteResult
 from ._partition import Partition
-from ._retry import DEFAULT_POLICY, RetryPolicy
-from ._runner import run
-from ._values import RESERVED_NAMES, PropertyValue, comparable, convert_properties, freeze
+from ._transport._retry import DEFAULT_POLICY, RetryPolicy
+from ._transport._runner import pages, run
 
 __all__ = ["Stream"]
 
@@ -169,7 +170,7 @@ class Stream:
         *events: EventData,
         expected_version: int | None = None,
         track_changes: bool = True,
-    ) -> WriteResult:
+    ) -> WriteResult[Stream]:
         """Append events to a stream in one entity-group transaction.
 
         ``Stream.write(stream, *events)`` writes after the header ``stream``
@@ -217,7 +218,9 @@ class Stream:
         _plan.check_write(stream, events, track_changes)
 
     @staticmethod
-    def read(partition: Partition, start_version: int = 1, slice_size: int = 1000) -> StreamSlice:
+    def read(
+        partition: Partition, start_version: int = 1, slice_size: int = 1000
+    ) -> StreamSlice[Stream]:
         """Read up to ``slice_size`` events from ``start_version`` on, in version order.
 
         Page through a stream with ``start_version = last.version + 1`` until
@@ -278,7 +281,7 @@ class Stream:
         end_key: str | None = None,
         page_size: int = 1000,
         retry: RetryPolicy = DEFAULT_POLICY,
-    ) -> Iterator[_scan.ScannedStream]:
+    ) -> Iterator[_scan.ScannedStream[Stream]]:
         """Every stream called ``stream_name`` (``None``: the plain streams) in the
         table whose partition key is ``>= start_key`` and ``< end_key`` (either
         bound may be left open), in partition-key order, a page at a time.
@@ -287,7 +290,8 @@ class Stream:
         headers, so give a range to split a large table among workers (list the
         keys with :meth:`scan_keys`). Streams being deleted are left out.
         """
-        return _scan.scan(table, stream_name, start_key, end_key, page_size, retry, Stream)
+        first = partial(_scan.query, table, stream_name, start_key, end_key, page_size, None)
+        return _scan.scan(pages(table, retry, first), table, stream_name, retry, Stream)
 
     @staticmethod
     def scan_keys(
@@ -299,4 +303,5 @@ class Stream:
         page_size: int = 1000,
     ) -> Iterator[str]:
         """The partition keys :meth:`scan` would visit, without their headers' properties."""
-        return _scan.scan_keys(table, stream_name, start_key, end_key, page_size)
+        first = partial(_scan.query, table, stream_name, start_key, end_key, page_size, _scan.KEYS)
+        return _scan.scan_keys(pages(table, DEFAULT_POLICY, first))

@@ -6,9 +6,8 @@ transport, wire or SDK, with the engine's retries and error vocabulary."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from ._protocol import (
+from ._transport._protocol import (
     GetEntity,
     QueryEntities,
     Row,
@@ -17,16 +16,10 @@ from ._protocol import (
     query_entities,
     submit_transaction,
 )
-from ._retry import DEFAULT_POLICY, RetryPolicy
-from ._runner import run
+from ._transport._retry import DEFAULT_POLICY, RetryPolicy
+from ._transport._runner import Target, run
 
 __all__ = ["query_rows", "read_row", "submit"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    table: object
-    retry: RetryPolicy
 
 
 def read_row(
@@ -34,7 +27,7 @@ def read_row(
 ) -> Row | None:
     """One row, or None if there is none (a missing table raises)."""
     request = GetEntity(partition_key, row_key)
-    return run(_Target(table, retry), get_entity(request.partition_key, request.row_key))
+    return run(Target(table, retry), get_entity(request.partition_key, request.row_key))
 
 
 def query_rows(
@@ -48,7 +41,7 @@ def query_rows(
     """Every row ``filter`` matches (its ``@name`` parameters are strings)."""
     request = QueryEntities(filter, dict(parameters), select=tuple(select) if select else None)
     steps = query_entities(request.filter, request.parameters, request.page_size, request.select)
-    return run(_Target(table, retry), steps)
+    return run(Target(table, retry), steps)
 
 
 def submit(
@@ -57,4 +50,4 @@ def submit(
     """One entity-group transaction (at most 100 operations, one partition):
     each operation's ETag, or ``TableTransactionError`` naming the failed one.
     A write that fails ambiguously is not sent again: the caller resolves it."""
-    return run(_Target(table, retry), submit_transaction(operations))
+    return run(Target(table, retry), submit_transaction(operations))

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from azure.data.tables import TableTransactionError
 
 from ._attempts import CONFLICT, NOT_APPLIED, Unresolved, attempt, refuse_tombstone
+from ._codec._values import comparable
 from ._errors import (
     ConcurrencyConflictError,
     DuplicateEventError,
@@ -18,11 +19,13 @@ from ._errors import (
     StreamBeingDeletedError,
     _WriteError,
 )
+from ._header_type import H, Header
 from ._headers import open_for_change
 from ._model import EventData, Include, RecordedEvent, WriteResult
 from ._partition import Partition
 from ._plan import Chunk, check_events, plan
-from ._protocol import (
+from ._rows import header_entity, header_row, is_deleted, recorded_from_row, stream_from_row
+from ._transport._protocol import (
     Steps,
     TableOperation,
     error_code,
@@ -30,11 +33,6 @@ from ._protocol import (
     query_entities,
     submit_transaction,
 )
-from ._rows import header_entity, header_row, is_deleted, recorded_from_row, stream_from_row
-from ._values import comparable
-
-if TYPE_CHECKING:
-    from ._stream import Stream  # handed down as ``header_type``; see _rows
 
 __all__ = ["STALE_ETAG", "write", "write_expected", "write_to"]
 
@@ -66,7 +64,7 @@ def _map_transaction_error(
     return None
 
 
-def write(stream: Stream, events: Sequence[EventData], track_changes: bool) -> Steps[WriteResult]:
+def write(stream: H, events: Sequence[EventData], track_changes: bool) -> Steps[WriteResult[H]]:
     check_events(events)
     partition = stream.partition
     header_type = type(stream)
@@ -75,7 +73,7 @@ def write(stream: Stream, events: Sequence[EventData], track_changes: bool) -> S
     recorded: list[RecordedEvent] = []
     includes: list[Include] = []
 
-    def so_far() -> WriteResult:
+    def so_far() -> WriteResult[H]:
         return WriteResult(current, tuple(recorded), tuple(includes))
 
     for chunk in chunks:
@@ -108,7 +106,7 @@ def write(stream: Stream, events: Sequence[EventData], track_changes: bool) -> S
     return so_far()
 
 
-def _commit(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit]:
+def _commit(before: Header, chunk: Chunk, version: int) -> Steps[_Commit]:
     """One transaction of the plan, conditional on the header ``before`` it,
     its outcome resolved if the answer is lost; a failure as the engine's error."""
     partition = before.partition
@@ -154,7 +152,7 @@ class _Commit:
     moved: bool = False
 
 
-def _resolve_chunk(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit | Unresolved]:
+def _resolve_chunk(before: Header, chunk: Chunk, version: int) -> Steps[_Commit | Unresolved]:
     """Did this chunk commit? Compare the stream with its header and events."""
     partition = before.partition
     row = yield from header_row(partition)
@@ -200,12 +198,12 @@ def _resolve_chunk(before: Stream, chunk: Chunk, version: int) -> Steps[_Commit 
 
 
 def write_to(
-    target: Stream | Partition,
+    target: H | Partition,
     events: Sequence[EventData],
     expected_version: int | None,
     track_changes: bool,
-    header_type: type[Stream],
-) -> Steps[WriteResult]:
+    header_type: type[H],
+) -> Steps[WriteResult[H]]:
     """``Stream.write``'s two forms: after a header, or at an expected version."""
     if isinstance(target, header_type):
         if expected_version is not None:
@@ -225,8 +223,8 @@ def write_expected(
     events: Sequence[EventData],
     expected_version: int,
     track_changes: bool,
-    header_type: type[Stream],
-) -> Steps[WriteResult]:
+    header_type: type[H],
+) -> Steps[WriteResult[H]]:
     if not isinstance(expected_version, int) or isinstance(expected_version, bool):
         raise TypeError(f"expected_version must be an int, got {expected_version!r}")
     if expected_version < 0:

@@ -30,10 +30,10 @@ from streamstone_py import (
     Stream,
     StreamSlice,
     WriteResult,
-    _runner,
     aio,
 )
-from streamstone_py._values import from_table
+from streamstone_py._codec._values import from_table
+from streamstone_py._transport import _runner
 
 T = TypeVar("T")
 
@@ -109,11 +109,11 @@ class StreamVerbs(Protocol):
         *events: EventData,
         expected_version: int | None = None,
         track_changes: bool = True,
-    ) -> WriteResult: ...
+    ) -> WriteResult[Stream]: ...
 
     def read(
         self, partition: Partition, start_version: int = 1, slice_size: int = 1000
-    ) -> StreamSlice: ...
+    ) -> StreamSlice[Stream]: ...
 
     def set_properties(self, stream: Stream, properties: Mapping[str, PropertyValue]) -> Stream: ...
 

@@ -12,7 +12,7 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azurite.proxy import Proxy
 from streamstone_py import EventData, Partition, Stream, TableConfig
 from streamstone_py._config import Transport
-from streamstone_py._wire import environment_once
+from streamstone_py._transport._wire._client import environment_once
 
 SAS = "sv=2024-01-01&ss=t&srt=sco&sp=rwdlacu&se=2099-01-01T00:00:00Z&sig=TOPSECRETsignature%3D"
 KEY = "c2VjcmV0LWtleS1ub3QtZm9yLWV5ZXM="

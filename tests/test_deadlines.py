@@ -14,7 +14,7 @@ from azure.data.tables import UpdateMode
 
 from azurite.proxy import Action, Proxy, Request
 from streamstone_py import ConcurrencyConflictError, EventData, Partition, RetryPolicy, Stream
-from streamstone_py._faults import MAX_RETRY_AFTER, parse_retry_after
+from streamstone_py._transport._faults import MAX_RETRY_AFTER, parse_retry_after
 from tests.helpers import S, raw, rows
 
 #: One try of at most a second.

@@ -58,8 +58,8 @@ from streamstone_py import (
     WriteResult,
     _maintenance,
 )
-from streamstone_py._protocol import Done, advance
-from streamstone_py._values import from_table
+from streamstone_py._codec._values import from_table
+from streamstone_py._transport._protocol import Done, advance
 from tests.faults import FaultPlan, FaultyTransport
 from tests.helpers import perform
 

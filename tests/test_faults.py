@@ -30,7 +30,7 @@ from streamstone_py import (
     StreamBeingDeletedError,
     _maintenance,
 )
-from streamstone_py._retry import is_ambiguous, is_transient
+from streamstone_py._transport._retry import is_ambiguous, is_transient
 from tests.faults import BATCH, FAST
 from tests.helpers import S, perform, rows
 

@@ -20,10 +20,10 @@ from streamstone_py import (
     join_binary,
     split_binary,
 )
-from streamstone_py._payload import TRANSACTION_BYTES, operation_bytes
+from streamstone_py._codec._payload import TRANSACTION_BYTES, operation_bytes
+from streamstone_py._codec._values import MAX_ENTITY_BYTES, entity_size
 from streamstone_py._plan import MAX_BATCH_BYTES, plan
 from streamstone_py._rows import header_entity
-from streamstone_py._values import MAX_ENTITY_BYTES, entity_size
 from tests.faults import FaultPlan, FaultyTransport
 from tests.helpers import S, rows
 

@@ -16,7 +16,7 @@ from streamstone_py import (
     StreamNotFoundError,
     _reads,
 )
-from streamstone_py._protocol import Parallel
+from streamstone_py._transport._protocol import Parallel
 from tests.helpers import S, perform, raw, write_events
 
 

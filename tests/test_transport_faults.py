@@ -22,8 +22,8 @@ from azure.core.exceptions import AzureError
 
 from azurite.proxy import Action, Proxy, Request
 from streamstone_py import EventData, Partition, RetryPolicy, Stream
-from streamstone_py._protocol import OperationKind, TableOperation
-from streamstone_py._sdk import sdk_operation
+from streamstone_py._transport._protocol import OperationKind, TableOperation
+from streamstone_py._transport._sdk import sdk_operation
 from tests.helpers import S, rows
 
 FAST = RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05, total_time=3.0)

@@ -20,7 +20,7 @@ from streamstone_py import (
     StreamNotFoundError,
     _maintenance,
 )
-from streamstone_py._protocol import Done, advance
+from streamstone_py._transport._protocol import Done, advance
 from tests.helpers import S, perform, raw, rows, write_events
 
 

@@ -26,7 +26,7 @@ from streamstone_py import (
     WireTableClient,
     WriteResult,
 )
-from streamstone_py._faults import error_code
+from streamstone_py._transport._faults import error_code
 from tests.helpers import rows
 
 FAST = RetryPolicy(attempts=3, initial_delay=0.01, max_delay=0.05, total_time=10.0)

@@ -27,7 +27,7 @@ from streamstone_py import (
     WireTableClient,
     WriteResult,
 )
-from streamstone_py._faults import error_code
+from streamstone_py._transport._faults import error_code
 from streamstone_py.aio import AsyncWireTableClient
 from tests.faults import BATCH, FAST, AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import S, rows, wait
@@ -107,7 +107,7 @@ def test_a_transaction_error_the_engine_does_not_map_reaches_the_caller_unchange
 def first_transaction_of(error: StreamstoneError) -> Stream:
     """What ``error`` says the split write stored: its first transaction, exactly
     (the events, no include); the header it left."""
-    committed: WriteResult | None = getattr(error, "committed", None)
+    committed: WriteResult[Stream] | None = getattr(error, "committed", None)
     assert committed is not None
     assert [(e.version, e.id) for e in committed.events] == list(enumerate(FIRST, start=1))
     assert committed.includes == ()

@@ -35,7 +35,7 @@ from streamstone_py import (
     WireTableClient,
     WriteResult,
 )
-from streamstone_py._exchange import Answer, HttpCall
+from streamstone_py._transport._wire._exchange import Answer, HttpCall
 
 from ..faults import DelegatingTransport
 

@@ -5,7 +5,7 @@ failure proves it was not applied (no connection could be made, or the
 service throttled it). Any other failure of a write is *ambiguous*: the
 request may have committed although no answer came. The runners never retry
 those; they hand them to the verb, which resolves them by reading the stream
-(see ``_operations.write``).
+(see ``_attempts.attempt``).
 
 Every way a transport fails maps to one of three kinds, for both clients:
 

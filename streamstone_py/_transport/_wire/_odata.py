@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from azure.data.tables import EntityProperty
 
-from ._protocol import TableOperation, expected_etag
+from .._protocol import TableOperation, expected_etag
 
 __all__ = [
     "BatchAnswer",

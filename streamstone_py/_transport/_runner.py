@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 import tenacity
@@ -20,16 +21,19 @@ from ._protocol import (
     Done,
     Parallel,
     Pause,
+    QueryPage,
     Request,
+    Row,
     Steps,
     advance,
     pause_seconds,
+    query_page,
     retry_args,
 )
 from ._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
-from ._wire import WireTableClient
+from ._wire._client import WireTableClient
 
-__all__ = ["performer", "run"]
+__all__ = ["Target", "pages", "performer", "run"]
 
 T = TypeVar("T")
 
@@ -106,3 +110,30 @@ def run(partition: object, steps: Steps[T]) -> T:
                 result = call(request)
         except AzureError as exc:
             error = exc
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What the runner needs of a call made outside a stream: a client and a policy."""
+
+    table: object
+    retry: RetryPolicy
+
+
+def pages(table: object, retry: RetryPolicy, first: Callable[[], QueryPage]) -> Iterator[list[Row]]:
+    """A query's rows a page at a time, each page one call by ``retry``, the next
+    asked for only once this one is taken. ``first`` makes the first page's
+    request (checking what it is made of) once ``table`` is known to be a sync client."""
+    if performer(table) is None:
+        raise TypeError(
+            "table must be an azure.data.tables.TableClient or a streamstone_py.WireTableClient, "
+            f"got {table!r}"
+        )
+    request = first()
+    target = Target(table, retry)
+    while True:
+        rows, continuation = run(target, query_page(request))
+        yield rows
+        if continuation is None:
+            return
+        request = replace(request, continuation=continuation)

@@ -22,11 +22,11 @@ import yarl
 from azure.core.exceptions import ServiceResponseTimeoutError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
+from .._protocol import Request, time_left
+from .._retry import raise_as_storage_error
+from ._client import DEFAULT_POOL_SIZE, WireSetup
 from ._exchange import Answer, HttpCall, exchange, http_date
 from ._fork import keep, renew_in_child
-from ._protocol import Request, time_left
-from ._retry import raise_as_storage_error
-from ._wire import DEFAULT_POOL_SIZE, WireSetup
 
 __all__ = ["AsyncWireTableClient"]
 

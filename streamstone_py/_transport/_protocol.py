@@ -4,7 +4,7 @@ Each verb is a generator: it yields a request, receives the result, or has
 the storage error thrown into it (see ``_faults``), and finally returns its
 outcome. The verbs hold all logic (preparing rows, chunking, mapping
 errors); a runner only performs I/O: ``_runner.run`` for the sync clients
-(the SDK's ``TableClient`` and the wire's ``WireTableClient``), ``aio.run``
+(the SDK's ``TableClient`` and the wire's ``WireTableClient``), ``_runner_aio.run``
 for the async ones. So every client shares every decision, and a test can
 drive a verb step by step.
 """

@@ -21,12 +21,12 @@ import urllib3
 from azure.core.exceptions import ServiceResponseTimeoutError
 from azure.data.tables import TableClient
 
+from .._protocol import Request, time_left
+from .._retry import raise_as_storage_error
 from ._auth import Auth, Bearer, auth_of
 from ._deadline import POOL_CLASSES, watching
 from ._exchange import Answer, HttpCall, Service, exchange, http_date
 from ._fork import keep, renew_in_child
-from ._protocol import Request, time_left
-from ._retry import raise_as_storage_error
 
 __all__ = ["DEFAULT_POOL_SIZE", "WireSetup", "WireTableClient", "environment_once", "user_agent"]
 
@@ -36,7 +36,7 @@ DEFAULT_POOL_SIZE: Final = 32
 
 
 def user_agent() -> str:
-    from . import __version__
+    from ... import __version__
 
     return f"streamstone-py/{__version__} Python/{platform.python_version()} ({platform.system()})"
 

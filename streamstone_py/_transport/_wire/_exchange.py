@@ -4,9 +4,9 @@ to make and receives their answers, so the sync and the async runner share
 every decision and differ only in how bytes travel.
 
 An answer that is an error becomes the vocabulary's error (see
-:mod:`._faults`); an answer that cannot be read (a ``$batch`` cut short, a
+:mod:`.._faults`); an answer that cannot be read (a ``$batch`` cut short, a
 body that is not the JSON it should be) becomes a ``DecodeError``, which
-:mod:`._retry` counts as a cut response: ambiguous for a write.
+:mod:`.._retry` counts as a cut response: ambiguous for a write.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from urllib.parse import quote, urlsplit
 
 from azure.core.exceptions import DecodeError
 
-from . import _odata
-from ._faults import parse_retry_after, service_error
-from ._protocol import (
+from .._faults import parse_retry_after, service_error
+from .._protocol import (
     CreateEntity,
     GetEntity,
     QueryEntities,
@@ -35,6 +34,7 @@ from ._protocol import (
     TableOperation,
     UpdateEntity,
 )
+from . import _odata
 
 __all__ = ["Answer", "HttpCall", "Service", "exchange", "http_date"]
 

@@ -28,8 +28,8 @@ from typing import Any, Final
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import ServiceRequestError
 
+from .._protocol import time_left
 from ._fork import renew_in_child
-from ._protocol import time_left
 
 __all__ = ["SCOPE", "Auth", "auth_of"]
 
