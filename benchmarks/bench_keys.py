@@ -40,8 +40,8 @@ from typing import Any
 from _common import CountingTransport, account, check, emit, log, paired, quick
 from azure.data.tables import TableClient, TableServiceClient
 
-import spark_driver._executor as executor
-import spark_driver._worker as worker
+import spark_driver._tasks._executor as executor
+import spark_driver._tasks._worker as worker
 from azurite.proxy import Proxy
 from handlers import HeaderCache, InMemoryPublisher, Message, Processor
 from handlers.examples import shooting_range

@@ -42,7 +42,7 @@ from azure.data.tables import TableClient, TableServiceClient
 from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
 from handlers._compression import Compression, pack_stored
 from spark_driver import JobSettings
-from spark_driver._executor import process_partition
+from spark_driver._tasks._executor import process_partition
 
 #: Positions per state for each nominal size (about 100 bytes each, encoded).
 SIZES = {"1KB": 9, "10KB": 90, "100KB": 900}

@@ -36,8 +36,8 @@ from _common import account, check, emit, log, paired, quick
 from azure.data.tables import TableClient, TableServiceClient
 from bench_keys import rows_for
 
-import spark_driver._executor as executor
-import spark_driver._worker as worker
+import spark_driver._tasks._executor as executor
+import spark_driver._tasks._worker as worker
 from handlers import HeaderCache, InMemoryPublisher, Message, Processor
 from handlers.examples import shooting_range
 from spark_driver import JobSettings

@@ -30,7 +30,7 @@ from _common import account, check, emit, log, quick
 from azure.data.tables import TableServiceClient
 
 from spark_driver import JobSettings
-from spark_driver._executor import process_partition
+from spark_driver._tasks._executor import process_partition
 
 
 def rows(games: int, per_game: int) -> list[dict[str, Any]]:

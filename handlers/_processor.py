@@ -37,6 +37,9 @@ from azure.data.tables import TableClient
 
 from streamstone_py import Partition, RetryPolicy, StreamstoneError
 
+from ._batch._replay import Replayer
+from ._batch._strategy import strategy_of
+from ._batch._writing import store_batch
 from ._cache import HeaderCache
 from ._compression import Compression
 from ._errors import NonDeterministicHandlerError
@@ -58,11 +61,8 @@ from ._outcome import (
 )
 from ._publish import Publisher
 from ._reading import KeyReader, decode_state, key_state
-from ._replay import Replayer
 from ._retention import retain
 from ._store import StateStore
-from ._strategy import strategy_of
-from ._writing import store_batch
 
 __all__ = ["Processor"]
 

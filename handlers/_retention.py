@@ -9,9 +9,9 @@ from typing import Any
 
 from streamstone_py import ConcurrencyConflictError, Stream
 
+from ._batch._strategy import Strategy
 from ._cache import HeaderCache
 from ._store import RETAIN_CUT, WATERMARK, StoredVersion
-from ._strategy import Strategy
 
 __all__ = ["check_bounds", "retain"]
 

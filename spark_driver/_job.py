@@ -16,12 +16,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ._executor import RESULT_SCHEMA, mark_partition, process_partition
 from ._files._fs import delete, shown
 from ._files._landing import dead_letters, left_out
 from ._input import input_order, message_columns, read_messages
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
+from ._tasks._executor import RESULT_SCHEMA, mark_partition, process_partition
 
 __all__ = ["process_messages", "run_batch", "write_result"]
 

@@ -11,10 +11,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ._arrow import ORDER, number_rows, process_batches
-from ._executor import OUTCOME, RESULT_SCHEMA, RETENTION, TASK
 from ._input import input_order, message_columns
 from ._settings import JobSettings
+from ._tasks._arrow import ORDER, number_rows, process_batches
+from ._tasks._executor import OUTCOME, RESULT_SCHEMA, RETENTION, TASK
 
 __all__ = ["METRICS", "process_stream"]
 

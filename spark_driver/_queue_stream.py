@@ -18,11 +18,11 @@ import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ._executor import RESULT_SCHEMA
 from ._queues._sink import Delivery, OutputRoute
 from ._settings import JobSettings, resolve_handler
 from ._stream import RECEIPT, BatchSink, Settle, process_stream, run_query
 from ._summary import Summary
+from ._tasks._executor import RESULT_SCHEMA
 
 __all__ = [
     "QueueSourceUnavailable", "queue_source_missing", "read_queue", "register_queue_source",

@@ -13,9 +13,9 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType, 
 from handlers import InMemoryPublisher, Processor, scan_keys, scan_states
 from streamstone_py import TableConfig, key_order
 
-from ._rows import body_json
 from ._settings import resolve_handler
-from ._worker import table_client
+from ._tasks._rows import body_json
+from ._tasks._worker import table_client
 
 __all__ = ["HISTORY_SCHEMA", "STATES_SCHEMA", "read_history", "read_states"]
 

@@ -9,8 +9,8 @@ from typing import Any, Final, NamedTuple
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ._executor import OUTCOME, OUTPUT, RETENTION, TASK
 from ._settings import JobSettings
+from ._tasks._executor import OUTCOME, OUTPUT, RETENTION, TASK
 
 __all__ = ["UNSETTLED_EXIT", "JobResult", "Summary", "Unsettled"]
 

@@ -15,7 +15,7 @@ from azure.data.tables import TableServiceClient
 from handlers import HandlerContext, Message, handler
 from handlers.examples import ShootingRange, shooting_range
 from spark_driver import JobSettings
-from spark_driver._executor import RESULT_SCHEMA, process_partition
+from spark_driver._tasks._executor import RESULT_SCHEMA, process_partition
 
 _lock = threading.Lock()
 

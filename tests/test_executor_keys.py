@@ -16,7 +16,7 @@ from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from azurite.proxy import Proxy, Request
 from handlers import InMemoryPublisher, Processor
 from spark_driver import JobSettings
-from spark_driver._executor import OUTCOME, process_partition
+from spark_driver._tasks._executor import OUTCOME, process_partition
 from tests.test_handlers_holes import account
 
 ACCOUNT = "tests.test_handlers_holes:account"

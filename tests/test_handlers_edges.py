@@ -24,7 +24,7 @@ from handlers import (
 )
 from handlers._outcome import StrategyName
 from handlers.examples import shooting_range
-from spark_driver._rows import json_nests_deeper, parse_row
+from spark_driver._tasks._rows import json_nests_deeper, parse_row
 from streamstone_py import Include, Partition, Stream, is_stream_row_key
 from tests.helpers import rows
 from tests.test_handlers_holes import adds, tally

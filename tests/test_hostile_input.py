@@ -168,7 +168,7 @@ def test_states_around_every_limit_are_stored_exactly_or_refused(
 
 
 def test_invalid_json_bodies_are_reported_by_the_pipeline_parser() -> None:
-    from spark_driver._rows import parse_row as _parse
+    from spark_driver._tasks._rows import parse_row as _parse
 
     row = {"message_id": "m", "key": "k", "type": "FireAt", "body": "{not json"}
     message, reason = _parse(row, shooting_range.accepts)
@@ -193,7 +193,7 @@ def test_invalid_json_bodies_are_reported_by_the_pipeline_parser() -> None:
 def test_a_type_one_property_cannot_hold_is_dead_lettered_at_the_exact_limit(
     type_: str, refused_at: int | None
 ) -> None:
-    from spark_driver._rows import parse_row as _parse
+    from spark_driver._tasks._rows import parse_row as _parse
 
     row = {"message_id": "m", "key": "k", "type": type_, "body": None}
     message, reason = _parse(row, lambda _: True)

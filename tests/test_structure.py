@@ -54,7 +54,7 @@ def test_no_import_circle() -> None:
 
 #: Circles of the type checker's imports still to untangle, by package.
 TYPED_CIRCLES_LEFT = {
-    "handlers": "handlers._processor -> handlers._writing -> handlers._processor (Processor "
+    "handlers": "handlers._processor -> handlers._batch._writing -> handlers._processor (Processor "
     "named for the type checker)",
 }
 
@@ -89,17 +89,17 @@ def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
     assert cycles(edges) == [["handlers._a", "handlers._b", "handlers._c", "handlers._a"]]
     # And the parser finds real edges of each kind: relative, absolute, package.
     real = graph()
-    assert "handlers._fold" in real["handlers._writing"]
+    assert "handlers._batch._fold" in real["handlers._batch._writing"]
     assert "streamstone_py" in real["handlers._processor"]
     assert "handlers._processor" in real["handlers"]
-    assert "handlers" in real["spark_driver._executor"]
+    assert "handlers" in real["spark_driver._tasks._executor"]
     # From a room (a subpackage) to the room beside it and to the package above.
     assert "streamstone_py._transport._protocol" in real["streamstone_py._transport._runner"]
     assert "streamstone_py._transport._wire._client" in real["streamstone_py._transport._runner"]
     assert "streamstone_py._codec._values" in real["streamstone_py._rows"]
     # The type checker's imports only where asked for.
-    assert "handlers._processor" not in real["handlers._writing"]
-    assert "handlers._processor" in graph(typing=True)["handlers._writing"]
+    assert "handlers._processor" not in real["handlers._batch._writing"]
+    assert "handlers._processor" in graph(typing=True)["handlers._batch._writing"]
 
 
 # --- Rooms ------------------------------------------------------------------
@@ -131,6 +131,33 @@ ROOMS = (
     Room("the verbs know no runner", RUNNERS, importers=ENGINE_DOORS),
     Room("the runners know requests, not streams", ("streamstone_py._transport*",), imports=()),
     Room("the value codec stands alone", ("streamstone_py._codec*",), imports=()),
+    # The queue rooms are entered from above only: the package's front door,
+    # and in spark_driver what joins the room to the rest (the command and its
+    # checks, run_queue, the micro-batch sink that sends any stream's outputs to
+    # queues, the queue demo). The core never imports them.
+    Room(
+        "a batch is decided below the processor",
+        ("handlers._batch*",),
+        importers=("handlers._processor", "handlers._retention"),
+    ),
+    Room(
+        "a task knows the job's settings, never the driver",
+        ("spark_driver._tasks*",),
+        imports=("spark_driver._logs", "spark_driver._settings", "handlers*", "streamstone_py*"),
+    ),
+    Room("handlers' core knows no queue", ("handlers._queues*",), importers=("handlers",)),
+    Room(
+        "the Spark job's core knows no queue",
+        ("spark_driver._queues*",),
+        importers=(
+            "spark_driver",
+            "spark_driver.__main__",
+            "spark_driver._checks",
+            "spark_driver._queue_stream",
+            "spark_driver._stream",
+            "spark_driver.demo_queue",
+        ),
+    ),
 )
 
 
@@ -159,10 +186,7 @@ def test_the_door_check_sees_a_breach_either_way() -> None:
 #: (``py.typed``, a log configuration) do not count.
 MOST_MODULES = 20
 #: Folders still over it, each with what brings it down.
-OVER = {
-    "handlers": "the queue rooms of issue 39 (its handlers half)",
-    "spark_driver": "the queue rooms of issue 39 (its spark_driver half)",
-}
+OVER: dict[str, str] = {}
 
 
 def _folder(folder: Path) -> object:
@@ -235,60 +259,3 @@ def test_each_error_tree_is_drawn_as_the_classes_are(package: str) -> None:
         cls = getattr(module, name)
         public_bases = [b.__name__ for b in cls.__mro__[1:] if b.__name__ in exported]
         assert parent == (public_bases[0] if public_bases else ""), name
-
-
-#: Each queue room, and who besides its own modules may import it: the
-#: package's front door; in spark_driver also what joins the room to the rest
-#: (the command and its checks, run_queue, the micro-batch sink that sends any
-#: stream's outputs to queues, the queue demo). The core never does.
-QUEUE_ROOMS = {
-    "handlers._queues": {"handlers"},
-    "spark_driver._queues": {
-        "spark_driver", "spark_driver.__main__", "spark_driver._checks",
-        "spark_driver._queue_stream", "spark_driver._stream", "spark_driver.demo_queue",
-    },
-}  # fmt: skip
-
-
-def _dotted_imports() -> dict[str, set[str]]:
-    """Each module of the packages, subpackages included, with every name it
-    imports (lazy and ``TYPE_CHECKING`` imports too), relative ones resolved."""
-    found: dict[str, set[str]] = {}
-    for package in LAYERS:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            home = list(parts[:-1])  # the package a relative import starts from
-            targets: set[str] = set()
-            for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.ImportFrom):
-                    base = home[: len(home) - node.level + 1] if node.level else []
-                    module = ".".join([*base, *([node.module] if node.module else [])])
-                    targets |= {module, *(f"{module}.{alias.name}" for alias in node.names)}
-                elif isinstance(node, ast.Import):
-                    targets |= {alias.name for alias in node.names}
-            found[".".join(home if parts[-1] == "__init__" else parts)] = targets
-    return found
-
-
-def _room_breaches(edges: dict[str, set[str]]) -> list[str]:
-    def inside(module: str, room: str) -> bool:
-        return module == room or module.startswith(f"{room}.")
-
-    return sorted(
-        f"{module} imports {target}"
-        for module, targets in edges.items()
-        for target in targets & edges.keys()  # modules, not the names taken from them
-        for room, above in QUEUE_ROOMS.items()
-        if inside(target, room) and not inside(module, room) and module not in above
-    )
-
-
-def test_the_queue_rooms_are_imported_only_from_above() -> None:
-    edges = _dotted_imports()
-    # The walk sees the rooms' real edges, so an empty answer is not a blind one.
-    assert "handlers._queues._consumer" in edges["handlers"]
-    assert "handlers._processor" in edges["handlers._queues._rounds"]
-    assert "spark_driver._queues._sink" in edges["spark_driver._stream"]
-    assert _room_breaches(edges) == []
-    edges["handlers._fold"].add("handlers._queues._consumer")
-    assert _room_breaches(edges) == ["handlers._fold imports handlers._queues._consumer"]

@@ -27,8 +27,8 @@ from urllib.parse import quote, unquote
 
 from pyspark.sql import DataFrame, SparkSession
 
-from .._executor import OUTCOME, RESULT_SCHEMA, result_row
 from .._input import MAX_LINE
+from .._tasks._executor import OUTCOME, RESULT_SCHEMA, result_row
 from ._fs import local, qualified, shown, skipped
 
 __all__ = [

@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 
 from handlers import Message, PoisonEntry, QueuePublisher, from_json_data
 
-from .._executor import OUTCOME, RESULT_SCHEMA
+from .._tasks._executor import OUTCOME, RESULT_SCHEMA
 from ._config import (
     MAX_HIDDEN,
     QueueConfig,

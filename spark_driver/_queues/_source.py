@@ -58,8 +58,8 @@ from pyspark.sql.types import (
 from handlers import Message, PoisonEntry, Refused, StateStore, admit_text
 from streamstone_py import RetryPolicy
 
-from .._rows import body_json
-from .._worker import storage, table_client
+from .._tasks._rows import body_json
+from .._tasks._worker import storage, table_client
 from ._config import MAX_HIDDEN, delete, lost_lock, queue_call, queue_service, send_poison
 from ._options import NAME, QueueOptions
 

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         action="append",
         metavar="PATH",
-        help="mutate this module of modules.toml alone (repeatable), e.g. handlers/_fold.py",
+        help="mutate this module of modules.toml alone (repeatable), e.g. handlers/_batch/_fold.py",
     )
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
     parser.add_argument(

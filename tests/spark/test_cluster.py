@@ -89,7 +89,7 @@ def test_submit_sh_on_a_local_cluster_passes_the_exactly_once_check(
             found = re.findall(pattern, text)
             assert found, text[-2000:]
             for _, at in found:
-                assert at.endswith("/streamstone_py.zip/spark_driver/_worker.py"), at
+                assert at.endswith("/streamstone_py.zip/spark_driver/_tasks/_worker.py"), at
                 assert not at.startswith(str(ROOT)), at
             workers |= {pid for pid, _ in found}
         assert len(workers) >= 2

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from handlers import InMemoryPublisher, Processor
 from handlers.examples import shooting_range
 from spark_driver import JobSettings, read_messages, run_batch, run_stream
-from spark_driver._executor import process_partition
+from spark_driver._tasks._executor import process_partition
 from tests.spark.conftest import game_messages, spread, write_jsonl
 from tests.spark.flaky import die_marker
 

@@ -216,7 +216,7 @@ def test_a_queue_whose_poison_queue_name_would_be_too_long_is_refused_up_front()
 def test_a_task_waits_out_a_table_outage_and_leaves_nothing_faulted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from spark_driver._executor import OUTCOME, RESULT_SCHEMA, process_partition
+    from spark_driver._tasks._executor import OUTCOME, RESULT_SCHEMA, process_partition
 
     game = "outage-game"
     messages = [Message(f"{game}-0", game, "StartNewRound")] + [

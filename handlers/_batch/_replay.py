@@ -7,20 +7,20 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final
 
-from ._context import HandlerContext
-from ._errors import (
+from .._context import HandlerContext
+from .._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
     HandlerFailedError,
     NonDeterministicHandlerError,
     StateTooLargeError,
 )
-from ._handler import Handler
-from ._messages._codec import digest, pack
-from ._messages._message import Message
-from ._outcome import Found, Step
-from ._reading import decode_state
-from ._store import WATERMARK, StateStore, StoredVersion
+from .._handler import Handler
+from .._messages._codec import digest, pack
+from .._messages._message import Message
+from .._outcome import Found, Step
+from .._reading import decode_state
+from .._store import WATERMARK, StateStore, StoredVersion
 
 __all__ = ["MAX_STATE_BYTES", "Replayer"]
 

@@ -9,8 +9,8 @@ import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from .._settings import JobSettings
 from ._executor import RESULT_SCHEMA, process_partition
-from ._settings import JobSettings
 
 __all__ = ["ORDER", "number_rows", "process_batches"]
 

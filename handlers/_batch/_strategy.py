@@ -21,13 +21,13 @@ from typing import Any
 
 from streamstone_py import Include, IncludedOperationConflictError, Partition, split_binary
 
-from ._compression import pack_stored
-from ._errors import DuplicateOutsideWindowError
-from ._messages._codec import unpack
-from ._messages._message import Message
-from ._outcome import Dispatch, Found, Step, StrategyName
+from .._compression import pack_stored
+from .._errors import DuplicateOutsideWindowError
+from .._messages._codec import unpack
+from .._messages._message import Message
+from .._outcome import Dispatch, Found, Step, StrategyName
+from .._store import StoredVersion
 from ._replay import Replayer
-from ._store import StoredVersion
 
 __all__ = ["OUTBOX_ROW_REMOVED", "Outbox", "StateBased", "Strategy", "strategy_of"]
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 from streamstone_py import IncludedOperationConflictError
 
-from ._messages._codec import digest
-from ._messages._message import Message
-from ._store import OutputRecord
+from .._messages._codec import digest
+from .._messages._message import Message
+from .._store import OutputRecord
 
 if TYPE_CHECKING:
-    from ._outcome import Step
-    from ._store import StateStore
+    from .._outcome import Step
+    from .._store import StateStore
 
 __all__ = ["OutputIds", "id_digest", "record_in_the_way"]
 

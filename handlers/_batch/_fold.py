@@ -37,22 +37,22 @@ from azure.core.exceptions import AzureError
 
 from streamstone_py import EventData, Stream, StreamstoneError, split_binary
 
-from ._compression import pack_stored
-from ._context import HandlerContext
-from ._errors import (
+from .._compression import pack_stored
+from .._context import HandlerContext
+from .._errors import (
     DuplicateOutsideWindowError,
     HandlerError,
     NonDeterministicHandlerError,
     UnreadableStateError,
 )
-from ._messages._admission import id_refusal, type_refusal
-from ._messages._codec import digest, pack
-from ._messages._message import Message
-from ._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
-from ._reading import header_state
+from .._messages._admission import id_refusal, type_refusal
+from .._messages._codec import digest, pack
+from .._messages._message import Message
+from .._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
+from .._reading import header_state
+from .._store import ID_SCHEME, RECORDS, RETAIN_CUT, STATE, WATERMARK, OutputRecord
 from ._records import OutputIds
 from ._replay import Replayer
-from ._store import ID_SCHEME, RECORDS, RETAIN_CUT, STATE, WATERMARK, OutputRecord
 from ._strategy import Strategy
 
 __all__ = ["Folder", "NotLookedUp"]

@@ -15,15 +15,15 @@ from streamstone_py import (
     Partition,
 )
 
-from ._cache import BatchHeader
+from .._cache import BatchHeader
+from .._messages._message import Message
+from .._outcome import Found, Plan
+from .._store import OutputRecord
 from ._fold import Folder
-from ._messages._message import Message
-from ._outcome import Found, Plan
 from ._records import record_in_the_way
-from ._store import OutputRecord
 
 if TYPE_CHECKING:
-    from ._processor import Processor
+    from .._processor import Processor
 
 __all__ = ["store_batch"]
 

@@ -31,10 +31,10 @@ from handlers import (
 )
 from streamstone_py import StreamstoneError
 
+from .._logs import configure as configure_logging
+from .._settings import JobSettings, resolve_handler
 from . import _worker
-from ._logs import configure as configure_logging
 from ._rows import body_json, parse_row, raw_input
-from ._settings import JobSettings, resolve_handler
 from ._worker import table_client
 
 __all__ = [
