@@ -6,30 +6,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
 
 from streamstone_py import (
     ConcurrencyConflictError,
     DuplicateEventError,
     IncludedOperationConflictError,
     Partition,
+    RetryPolicy,
 )
 
-from .._cache import BatchHeader
+from .._cache import BatchHeader, HeaderCache
 from .._messages._message import Message
-from .._outcome import Found, Plan
-from .._store import OutputRecord
+from .._outcome import Found, LateDuplicates, Plan, ProcessorStats
+from .._publish import Publisher
+from .._store import OutputRecord, StateStore
 from ._fold import Folder
 from ._records import record_in_the_way
+from ._strategy import Strategy
 
-if TYPE_CHECKING:
-    from .._processor import Processor
+__all__ = ["Writer", "store_batch"]
 
-__all__ = ["store_batch"]
+
+class Writer(Protocol):
+    """What a batch's write needs of the processor that runs it (``Processor``
+    is one): named here, below it, so that this room never imports it."""
+
+    store: StateStore
+    cache: HeaderCache | None
+    publisher: Publisher
+    late_duplicates: LateDuplicates
+    retry: RetryPolicy
+    max_attempts: int
+    stats: ProcessorStats
+    _strategy: Strategy
+
+    @property  # read only: a lock is a context manager of its own type
+    def _counting(self) -> AbstractContextManager[Any]: ...
+    def _now(self) -> datetime: ...
 
 
 def store_batch(
-    processor: Processor[Any], key: str, partition: Partition, messages: Sequence[Message]
+    processor: Writer, key: str, partition: Partition, messages: Sequence[Message]
 ) -> Plan:
     """Fold the batch over the stored header and write it, until a write
     holds (or nothing needs writing): the plan that was stored."""
