@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,22 @@ from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueClient
 
 from azurite.launcher import AzuriteError, AzuriteTable
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_as_a_terminal_gives_it() -> Iterator[None]:
+    """The processes these tests start take SIGINT as a terminal's Ctrl-C gives
+    it: a child inherits an ignored or blocked SIGINT from the test's process
+    (pytest's worker, as earlier tests or the way it was started left it), and
+    a Python started so never raises KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        if previous is not None:  # None: a handler set outside Python, left as it is
+            signal.signal(signal.SIGINT, previous)
 
 
 def _write_then_restart(azurite: AzuriteTable) -> TableServiceClient:
