@@ -48,6 +48,8 @@ from ._queues._locks import log_gone, lost_lock, message_gone, queue_fault
 from ._queues._poison import PoisonQueue
 from ._queues._publisher import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
 from ._queues._rounds import process_until_settled
+from ._queues._sendback import SendBackReport, send_back
+from ._queues._shelf import PoisonFilter, PoisonSummary, ShelvedEntry, read_poison, reason_group
 from ._reading import scan_keys, scan_states
 from ._store import StateStore, StoredVersion
 
@@ -73,7 +75,9 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "PoisonEntry",
+    "PoisonFilter",
     "PoisonQueue",
+    "PoisonSummary",
     "Processor",
     "ProcessorStats",
     "Publisher",
@@ -83,6 +87,8 @@ __all__ = [
     "Receive",
     "ReceiveState",
     "Refused",
+    "SendBackReport",
+    "ShelvedEntry",
     "StateStore",
     "StateTooLargeError",
     "StoredVersion",
@@ -102,7 +108,10 @@ __all__ = [
     "poison_name_refusal",
     "process_until_settled",
     "queue_fault",
+    "read_poison",
     "read_queue_text",
+    "reason_group",
     "scan_keys",
     "scan_states",
+    "send_back",
 ]

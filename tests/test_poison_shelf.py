@@ -1,0 +1,143 @@
+"""Poisoned messages seen and sent back: a deep poison queue read whole and
+left as it was, and entries sent back once their cause is fixed, applied once."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import timedelta
+
+from azure.data.tables import TableClient
+from azure.storage.queue import QueueClient, QueueServiceClient
+
+from handlers import (
+    HandlerContext,
+    InMemoryPublisher,
+    Message,
+    PoisonEntry,
+    PoisonFilter,
+    PoisonSummary,
+    Processor,
+    QueueConsumer,
+    encode_envelope,
+    handler,
+    read_poison,
+    send_back,
+)
+from tests.queueing import Tally, add, poison_of, send, states, tally
+
+
+@handler("Tally", Tally, types=["Add", "Slow", "Broken"])
+def fixed_tally(state: Tally, message: Message, ctx: HandlerContext) -> None:
+    """The Tally handler once fixed: a ``Broken`` message adds as ``Add`` does."""
+    state.total += (message.body or {}).get("n", 0)
+    state.seen.append(message.id)
+    ctx.publish("Added", {"total": state.total, "by": message.id})
+
+
+def _text(message: Message) -> str:
+    return base64.b64encode(encode_envelope(message).encode()).decode()
+
+
+def _poison(queues: QueueServiceClient, queue: QueueClient) -> QueueClient:
+    poison = queues.get_queue_client(f"{queue.queue_name}-poison")
+    poison.create_queue()
+    return poison
+
+
+def test_a_deep_poison_queue_is_listed_whole_grouped_and_left_as_it_was(
+    queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    poison = _poison(queues, queue)
+    for n in range(40):  # more than a peek shows
+        key, kind = ("k-a", "Add") if n < 25 else ("k-b", "Refund")
+        reason = (
+            f"failed on receive 5 of 5: handler 'Tally' failed on message 'm-{n}': "
+            "RuntimeError: boom"
+            if kind == "Add"
+            else "unknown type 'Refund'"
+        )
+        entry = PoisonEntry(reason, _text(add(n, key, n, kind)), queue.queue_name, f"q-{n}", 5)
+        poison.send_message(entry.encode())
+    poison.send_message("not an entry")
+
+    listed = read_poison(poison)
+    again = read_poison(poison)
+
+    assert sorted(s.id for s in listed) == sorted(s.id for s in again)
+    assert len(listed) == 41
+    summary = PoisonSummary.of(listed)
+    assert summary.total == 41
+    assert summary.by_reason == {
+        "failed on receive N of M: handler 'Tally' failed on message '...': RuntimeError: boom": 25,
+        "unknown type 'Refund'": 15,
+    }
+    assert summary.by_key == {"k-a": 25, "k-b": 15}
+    assert summary.by_age == {"< 1 hour": 41}
+    assert summary.oldest is not None
+    assert summary.oldest.message == add(0, "k-a", 0)
+    assert summary.newest is not None
+    assert summary.newest.text == "not an entry"
+    [bad] = summary.undecodable
+    assert bad.error == "not a poison entry: Only base64 data is allowed"
+
+    dry = send_back(poison, PoisonFilter(types=frozenset({"Refund"})), dry_run=True)
+    assert sorted(s.message.id for s, _ in dry.sent if s.message) == sorted(
+        f"m-{n}" for n in range(25, 40)
+    )
+    assert {q for _, q in dry.sent} == {queue.queue_name}
+    assert queue.peek_messages() == []
+    assert len(read_poison(poison)) == 41  # a dry run sends and deletes nothing
+
+
+def test_messages_poisoned_while_their_handler_failed_are_applied_once_when_sent_back(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    for message in (add(1, key, 1), add(2, key, 10, "Broken"), add(3, key, 100)):
+        send(queue, message)
+    broken = Processor(tally, table, InMemoryPublisher())
+    stats = QueueConsumer(broken, queue, max_dequeue_count=1, backoff=timedelta(0)).run(
+        until_empty=True
+    )
+    assert (stats.completed, stats.poisoned) == (2, 1)
+    poison = queues.get_queue_client(f"{queue.queue_name}-poison")
+
+    report = send_back(poison, PoisonFilter(keys=frozenset({key})))
+    outputs = InMemoryPublisher()
+    fixed = Processor(fixed_tally, table, outputs)
+    again = QueueConsumer(fixed, queue, backoff=timedelta(0)).run(until_empty=True)
+
+    assert [(s.message.id, q) for s, q in report.sent if s.message] == [("m-2", queue.queue_name)]
+    assert (again.received, again.completed, again.duplicates) == (1, 1, 0)
+    [(version, state)] = states(fixed, key).values()
+    assert state.total == 111
+    assert sorted(state.seen) == ["m-1", "m-2", "m-3"]
+    assert version == 3
+    assert [(m.type, m.body["by"]) for m in outputs.deliveries] == [("Added", "m-2")]
+    assert poison_of(queues, queue) == []
+
+
+def test_a_message_poisoned_after_its_state_was_stored_is_a_duplicate_when_sent_back(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    first = InMemoryPublisher()
+    Processor(tally, table, first).process_batch(key, [add(1, key, 7)])
+    # Its state stored, then its queue message poisoned (as a storage fault after the write does).
+    entry = PoisonEntry("failed on receive 5 of 5: storage", _text(add(1, key, 7)),
+                        queue.queue_name, "q-1", 5)  # fmt: skip
+    poison = _poison(queues, queue)
+    poison.send_message(entry.encode())
+
+    send_back(poison)
+    second = InMemoryPublisher()
+    processor = Processor(tally, table, second)
+    stats = QueueConsumer(processor, queue).run(until_empty=True)
+
+    assert (stats.received, stats.completed, stats.duplicates) == (1, 0, 1)
+    assert queue.peek_messages() == []
+    assert states(processor, key) == {key: (1, Tally(7, ["m-1"]))}
+    assert second.deliveries == first.deliveries
+    assert len(second.deliveries) == 1
+    assert read_poison(poison) == []
