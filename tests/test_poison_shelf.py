@@ -141,3 +141,18 @@ def test_a_message_poisoned_after_its_state_was_stored_is_a_duplicate_when_sent_
     assert second.deliveries == first.deliveries
     assert len(second.deliveries) == 1
     assert read_poison(poison) == []
+
+
+def test_an_envelope_without_id_goes_back_with_the_id_its_first_receive_gave_it(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    sent = queue.send_message(f'{{"key": "{key}", "type": "Broken", "body": {{"n": 4}}}}')
+    broken = Processor(tally, table, InMemoryPublisher())
+    QueueConsumer(broken, queue, max_dequeue_count=1, backoff=timedelta(0)).run(until_empty=True)
+
+    send_back(queues.get_queue_client(f"{queue.queue_name}-poison"))
+    fixed = Processor(fixed_tally, table, InMemoryPublisher())
+    QueueConsumer(fixed, queue).run(until_empty=True)
+
+    assert states(fixed, key) == {key: (1, Tally(4, [sent.id]))}
