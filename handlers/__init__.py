@@ -27,6 +27,9 @@ from ._errors import (
     StateTooLargeError,
     UnreadableStateError,
 )
+from ._failed._select import PoisonFilter, PoisonSummary, reason_group
+from ._failed._sendback import PurgeReport, SendBackReport, purge_poison, send_back
+from ._failed._shelf import PoisonDepth, ShelvedEntry, find_poison, poison_depth, read_poison
 from ._handler import Handler, handler
 from ._lifecycle import Receive, ReceiveState
 from ._messages._admission import Refused, admit, admit_text
@@ -42,14 +45,13 @@ from ._messages._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
 from ._processor import Processor
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
+from ._queues._account import QUEUE_NAME, QueueConfig, check_queue_name
 from ._queues._breaker import Breaker, is_outage
 from ._queues._consumer import ConsumerStats, PoisonEntry, QueueConsumer, QueueOutcome
 from ._queues._locks import log_gone, lost_lock, message_gone, queue_fault
 from ._queues._poison import PoisonQueue
 from ._queues._publisher import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
 from ._queues._rounds import process_until_settled
-from ._queues._sendback import SendBackReport, send_back
-from ._queues._shelf import PoisonFilter, PoisonSummary, ShelvedEntry, read_poison, reason_group
 from ._reading import scan_keys, scan_states
 from ._store import StateStore, StoredVersion
 
@@ -57,6 +59,7 @@ __all__ = [
     "MAX_NESTING",
     "MAX_QUEUE_MESSAGE_BYTES",
     "MAX_SCHEDULE_DELAY",
+    "QUEUE_NAME",
     "Breaker",
     "ConsumerStats",
     "DuplicateOutsideWindowError",
@@ -74,6 +77,7 @@ __all__ = [
     "NonDeterministicHandlerError",
     "Outcome",
     "OutcomeKind",
+    "PoisonDepth",
     "PoisonEntry",
     "PoisonFilter",
     "PoisonQueue",
@@ -81,6 +85,8 @@ __all__ = [
     "Processor",
     "ProcessorStats",
     "Publisher",
+    "PurgeReport",
+    "QueueConfig",
     "QueueConsumer",
     "QueueOutcome",
     "QueuePublisher",
@@ -96,8 +102,10 @@ __all__ = [
     "UnreadableStateError",
     "admit",
     "admit_text",
+    "check_queue_name",
     "decode_envelope",
     "encode_envelope",
+    "find_poison",
     "from_json_data",
     "handler",
     "is_outage",
@@ -105,8 +113,10 @@ __all__ = [
     "log_gone",
     "lost_lock",
     "message_gone",
+    "poison_depth",
     "poison_name_refusal",
     "process_until_settled",
+    "purge_poison",
     "queue_fault",
     "read_poison",
     "read_queue_text",

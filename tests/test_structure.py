@@ -142,7 +142,19 @@ ROOMS = (
         ("spark_driver._tasks*",),
         imports=("spark_driver._logs", "spark_driver._settings", "handlers*", "streamstone_py*"),
     ),
-    Room("handlers' core knows no queue", ("handlers._queues*",), importers=("handlers",)),
+    Room(
+        "handlers' core knows no queue",
+        ("handlers._queues*",),
+        importers=("handlers", "handlers._failed*"),
+    ),
+    # Failed messages are taken off the shelf from above the queue path: the
+    # core never reads a poison queue.
+    Room(
+        "the shelf is read from above",
+        ("handlers._failed*",),
+        importers=("handlers",),
+        imports=("handlers._queues*", "handlers._messages*"),
+    ),
     Room(
         "the Spark job's core knows no queue",
         ("spark_driver._queues*",),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient, TextBase64Encod
 from .._messages._envelope import encode_envelope
 from .._messages._message import Message
 from .._publish import unique_outputs
+from ._account import QUEUE_NAME
 
 __all__ = ["MAX_QUEUE_MESSAGE_BYTES", "POISON_SUFFIX", "QueuePublisher", "poison_name_refusal"]
 
@@ -30,9 +30,6 @@ __all__ = ["MAX_QUEUE_MESSAGE_BYTES", "POISON_SUFFIX", "QueuePublisher", "poison
 MAX_QUEUE_MESSAGE_BYTES: Final = 64 * 1024
 #: The longest a queue message can stay hidden, in seconds (seven days).
 _MAX_DELAY: Final = 7 * 24 * 3600
-#: Azure's rule for queue names: 3 to 63 lowercase letters, digits and single
-#: hyphens, starting and ending with a letter or digit.
-_QUEUE_NAME: Final = re.compile(r"(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*")
 #: The longest queue name, and what names a queue's poison queue (Azure Functions').
 _LONGEST: Final = 63
 POISON_SUFFIX: Final = "-poison"
@@ -89,7 +86,7 @@ class QueuePublisher:
             name = self.route.get(message.type, self.default)
         if name is None:
             raise ValueError(f"no queue for output {message.id!r} of type {message.type!r}")
-        if not isinstance(name, str) or not _QUEUE_NAME.fullmatch(name):
+        if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
             raise ValueError(
                 f"queue name {name!r} for output {message.id!r} is not valid: 3 to 63 "
                 "lowercase letters, digits and single hyphens, starting and ending with a "

@@ -6,28 +6,26 @@ faults, and the poison queue."""
 from __future__ import annotations
 
 import logging
-import os
-import re
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Final, TypeVar
-from urllib.parse import urlsplit
 
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from handlers import (
+    QUEUE_NAME,
     Breaker,
     PoisonEntry,
     PoisonQueue,
+    QueueConfig,
+    check_queue_name,
     log_gone,
     lost_lock,
     message_gone,
     poison_name_refusal,
     queue_fault,
 )
-from streamstone_py import TableConfig
 
 __all__ = [
     "MAX_HIDDEN", "QUEUE_NAME", "QueueConfig", "check_input_queue", "check_queue_name",
@@ -38,21 +36,8 @@ T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
-#: Azure's rule for queue names: 3 to 63 lowercase letters, digits and single
-#: hyphens, starting and ending with a letter or digit.
-QUEUE_NAME: Final = re.compile(r"(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*")
 #: The longest a queue message may stay hidden, in seconds (seven days).
 MAX_HIDDEN: Final = 7 * 24 * 3600
-
-
-def check_queue_name(name: str, what: str = "queue") -> str:
-    """``name`` if Azure takes it as a queue name, else ``ValueError`` naming it."""
-    if not QUEUE_NAME.fullmatch(name):
-        raise ValueError(
-            f"{what} {name!r} is not a valid queue name: 3 to 63 lowercase letters, digits "
-            "and single hyphens, starting and ending with a letter or digit"
-        )
-    return name
 
 
 def check_input_queue(name: str, what: str = "queue") -> str:
@@ -62,67 +47,6 @@ def check_input_queue(name: str, what: str = "queue") -> str:
     if too_long is not None:
         raise ValueError(too_long)
     return name
-
-
-@dataclass(frozen=True)
-class QueueConfig:
-    """Where the queues are and how to authenticate, from the variables the
-    table's configuration reads (``TableConfig.from_env``): the connection
-    string (it must name the queue endpoint when it names any endpoint), or
-    ``STREAMSTONE_ACCOUNT_URL``'s account, whose queue endpoint is its table
-    endpoint's (``ACCOUNT.table.SUFFIX`` becomes ``ACCOUNT.queue.SUFFIX``)
-    unless ``STREAMSTONE_QUEUE_ACCOUNT_URL`` names it, with the same SAS token
-    or Azure identity. Secrets stay out of ``repr`` and of every error."""
-
-    connection_string: str | None = field(default=None, repr=False)
-    account_url: str | None = None
-    sas_token: str | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> QueueConfig:
-        env = os.environ if environ is None else environ
-        table = TableConfig.from_env(env, table_name="queues")  # its checks and its wording
-        if table.connection_string:
-            parts = [p.split("=", 1)[0].strip() for p in table.connection_string.split(";")]
-            endpoints = [p for p in parts if p.lower().endswith("endpoint")]
-            if endpoints and "queueendpoint" not in {p.lower() for p in endpoints}:
-                raise ValueError(
-                    f"STREAMSTONE_CONNECTION_STRING names no QueueEndpoint (it names "
-                    f"{', '.join(endpoints)}): add the queue service's QueueEndpoint=..."
-                )
-            return cls(connection_string=table.connection_string)
-        url = env.get("STREAMSTONE_QUEUE_ACCOUNT_URL") or None
-        if url is None:
-            assert table.account_url is not None
-            parts_ = urlsplit(table.account_url)
-            host = parts_.hostname or ""
-            if ".table." not in host:
-                raise ValueError(
-                    f"STREAMSTONE_ACCOUNT_URL's host {host!r} is not ACCOUNT.table.SUFFIX, so "
-                    "the queue endpoint cannot be told from it: set STREAMSTONE_QUEUE_ACCOUNT_URL"
-                )
-            netloc = host.replace(".table.", ".queue.", 1)
-            url = f"{parts_.scheme}://{netloc}" + (f":{parts_.port}" if parts_.port else "")
-        elif urlsplit(url).scheme not in ("http", "https") or urlsplit(url).query:
-            raise ValueError(
-                "STREAMSTONE_QUEUE_ACCOUNT_URL must be an http(s) URL without a query string "
-                "(the SAS token goes in STREAMSTONE_SAS_TOKEN)"
-            )
-        return cls(account_url=url, sas_token=table.sas_token)
-
-    def service(self) -> QueueServiceClient:
-        """A new client for this account's Queue service."""
-        if self.connection_string:
-            return QueueServiceClient.from_connection_string(self.connection_string)
-        assert self.account_url is not None
-        if self.sas_token:
-            from azure.core.credentials import AzureSasCredential
-
-            credential = AzureSasCredential(self.sas_token)
-            return QueueServiceClient(self.account_url, credential=credential)
-        from azure.identity import DefaultAzureCredential
-
-        return QueueServiceClient(self.account_url, credential=DefaultAzureCredential())
 
 
 _lock = threading.Lock()
