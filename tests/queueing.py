@@ -14,7 +14,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 from handlers import HandlerContext, Message, PoisonEntry, Processor, encode_envelope, handler
 from tests.helpers import drain
 
-__all__ = ["Seen", "Tally", "add", "poison_of", "seen", "send", "states", "tally"]
+__all__ = ["Seen", "Tally", "add", "fixed_tally", "poison_of", "seen", "send", "states", "tally"]
 
 
 @dataclass
@@ -31,6 +31,14 @@ def tally(state: Tally, message: Message, ctx: HandlerContext) -> None:
     if message.type == "Slow":
         time.sleep(body["seconds"])  # longer than the lock: no effect on the state
     state.total += body.get("n", 0)
+    state.seen.append(message.id)
+    ctx.publish("Added", {"total": state.total, "by": message.id})
+
+
+@handler("Tally", Tally, types=["Add", "Slow", "Broken"])
+def fixed_tally(state: Tally, message: Message, ctx: HandlerContext) -> None:
+    """The Tally handler once fixed: a ``Broken`` message adds as ``Add`` does."""
+    state.total += (message.body or {}).get("n", 0)
     state.seen.append(message.id)
     ctx.publish("Added", {"total": state.total, "by": message.id})
 

@@ -7,11 +7,11 @@ import base64
 import uuid
 from datetime import timedelta
 
+import pytest
 from azure.data.tables import TableClient
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from handlers import (
-    HandlerContext,
     InMemoryPublisher,
     Message,
     PoisonEntry,
@@ -20,19 +20,11 @@ from handlers import (
     Processor,
     QueueConsumer,
     encode_envelope,
-    handler,
+    purge_poison,
     read_poison,
     send_back,
 )
-from tests.queueing import Tally, add, poison_of, send, states, tally
-
-
-@handler("Tally", Tally, types=["Add", "Slow", "Broken"])
-def fixed_tally(state: Tally, message: Message, ctx: HandlerContext) -> None:
-    """The Tally handler once fixed: a ``Broken`` message adds as ``Add`` does."""
-    state.total += (message.body or {}).get("n", 0)
-    state.seen.append(message.id)
-    ctx.publish("Added", {"total": state.total, "by": message.id})
+from tests.queueing import Tally, add, fixed_tally, poison_of, send, states, tally
 
 
 def _text(message: Message) -> str:
@@ -156,3 +148,68 @@ def test_an_envelope_without_id_goes_back_with_the_id_its_first_receive_gave_it(
     QueueConsumer(fixed, queue).run(until_empty=True)
 
     assert states(fixed, key) == {key: (1, Tally(4, [sent.id]))}
+
+
+_REASONS = {
+    "a": "failed on receive 5 of 5: handler 'Tally' failed on message 'x': KeyError: 'n' "
+    "(at tally.py:3 in tally)",
+    "b": "unknown type 'Refund'",
+}
+
+
+_GROUP_A = "failed on receive N of M: handler 'Tally' failed: KeyError (at tally.py:3 in tally)"
+
+
+@pytest.mark.parametrize(
+    ("where", "chosen"),
+    [
+        (PoisonFilter(), ["m-0", "m-1", "m-2"]),
+        (PoisonFilter(reasons=frozenset({"unknown type 'Refund'"})), ["m-1", "m-2"]),
+        (PoisonFilter(reasons=frozenset({_GROUP_A})), ["m-0"]),
+        (PoisonFilter(keys=frozenset({"k-a"})), ["m-0", "m-2"]),
+        (PoisonFilter(types=frozenset({"Refund"})), ["m-1", "m-2"]),
+        (PoisonFilter(ids=frozenset({"m-1", "m-9"})), ["m-1"]),
+        (PoisonFilter(keys=frozenset({"k-a"}), types=frozenset({"Refund"})), ["m-2"]),
+        (PoisonFilter(older_than=timedelta(hours=1)), []),
+        (PoisonFilter(older_than=timedelta(0)), ["m-0", "m-1", "m-2"]),
+    ],
+)
+def test_filters_take_exactly_the_matching_entries_and_a_dry_run_sends_nothing(
+    queues: QueueServiceClient, queue: QueueClient, where: PoisonFilter, chosen: list[str]
+) -> None:
+    poison = _poison(queues, queue)
+    for n, (key, kind, reason) in enumerate((("k-a", "Add", "a"), ("k-b", "Refund", "b"),
+                                             ("k-a", "Refund", "b"))):  # fmt: skip
+        entry = PoisonEntry(_REASONS[reason], _text(add(n, key, n, kind)), queue.queue_name,
+                            f"q-{n}", 5)  # fmt: skip
+        poison.send_message(entry.encode())
+    poison.send_message("not an entry")
+
+    report = send_back(poison, where, dry_run=True)
+
+    assert sorted(s.message.id for s, _ in report.sent if s.message) == chosen
+    assert len(report.left) == 4 - len(chosen)
+    assert queue.peek_messages() == []
+    assert len(read_poison(poison)) == 4
+
+
+def test_an_entry_that_does_not_read_stays_until_purged_by_its_id_alone(
+    queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    poison = _poison(queues, queue)
+    poison.send_message("not an entry")
+    entry = PoisonEntry("unknown type 'Refund'", _text(add(0, "k", 0, "Refund")),
+                        queue.queue_name, "q-0", 5)  # fmt: skip
+    poison.send_message(entry.encode())
+    [bad] = [s for s in read_poison(poison) if s.message is None]
+
+    back = send_back(poison)
+    kept = purge_poison(poison, PoisonFilter(ids=frozenset({bad.id}), types=frozenset({"Add"})))
+    declined = purge_poison(poison, PoisonFilter(ids=frozenset({bad.id})), confirm=lambda e: False)
+    purged = purge_poison(poison, PoisonFilter(ids=frozenset({bad.id})), confirm=lambda e: True)
+
+    assert [s.message.id for s, _ in back.sent if s.message] == ["m-0"]
+    assert [s.id for s in back.left] == [bad.id]
+    assert (kept.purged, declined.purged) == ((), ())
+    assert [s.text for s in purged.purged] == ["not an entry"]
+    assert read_poison(poison) == []

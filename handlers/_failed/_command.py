@@ -167,7 +167,8 @@ def _show(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
         out.writelines(f"{name:<17} {value}\n" for name, value in data.items())
         if message is not None:
             body = json.dumps(message.pop("body"), indent=2, ensure_ascii=False)
-            out.writelines(f"message {name:<9} {value}\n" for name, value in message.items())
+            out.writelines(f"message {name:<9} {'-' if value is None else value}\n"
+                           for name, value in message.items())  # fmt: skip
             out.write(f"message body\n{body}\n")
     return 0
 

@@ -12,12 +12,23 @@ from ._shelf import ShelvedEntry
 __all__ = ["AGES", "PoisonFilter", "PoisonSummary", "reason_group"]
 
 
+#: A handler's failure as HandlerFailedError words it, where in its code known.
+_HANDLER_FAILED = re.compile(
+    r"handler (?P<handler>'(?:[^'\\]|\\.)*') failed on message '\.\.\.': "
+    r"(?P<type>[\w.]+): .*? \(at (?P<where>[^()]*)\)$",
+    re.S,
+)
+
+
 def reason_group(reason: str) -> str:
-    """The reason without what differs between messages failing the same way
-    (the receive counts, the message's id), as ServicePulse groups failures by
-    exception type and message."""
+    """The reason without what differs between messages failing the same way,
+    as ServicePulse groups failures by exception type and place: the receive
+    counts and the message's id go, and a handler's failure is its handler,
+    its exception's type and the line of the handler's code that raised (the
+    exception's own words, which often hold the message's values, go too)."""
     reason = re.sub(r"on receive \d+ of \d+", "on receive N of M", reason)
-    return re.sub(r"(on|of) message '(?:[^'\\]|\\.)*'", r"\1 message '...'", reason)
+    reason = re.sub(r"(on|of) message '(?:[^'\\]|\\.)*'", r"\1 message '...'", reason)
+    return _HANDLER_FAILED.sub(r"handler \g<handler> failed: \g<type> (at \g<where>)", reason)
 
 
 @dataclass(frozen=True, slots=True)
