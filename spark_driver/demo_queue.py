@@ -12,6 +12,12 @@ every distinct message changed state exactly once, the output queue holds
 exactly the outputs the stored versions imply (every copy of an id
 identical), and every queue message was completed or is in the poison queue
 with its reason.
+
+It ends with a failed message sent back: a handler deployed with a bug
+poisons one of three messages; once the fixed handler is deployed,
+``streamstone-poison send-back`` (a separate process, no Spark) sends it to
+its queue and the queue consumer applies it, once: a second send-back finds
+nothing, and a copy of the message sent again is a duplicate.
 """
 
 from __future__ import annotations
@@ -27,13 +33,24 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from handlers import HandlerContext, Message, PoisonEntry, Processor, encode_envelope
+from handlers import (
+    HandlerContext,
+    Message,
+    PoisonEntry,
+    Processor,
+    QueueConsumer,
+    encode_envelope,
+    handler,
+    read_poison,
+)
 from handlers import read_queue_text as read_text
 from handlers.examples import shooting_range
 
@@ -138,6 +155,7 @@ def main() -> int:
         tail = [line for line in log.read_text().splitlines() if line.strip()][-14:]
         print("\nthe restarted job's last lines:\n" + "\n".join(f"  {line}" for line in tail))
     checks = _check(processor, queues, sent, games, in_name, out_name, status)
+    checks += _failed_and_sent_back(table, queues, tag)
     print("\nexactly-once check:")
     for label, ok in checks:
         print(f"  {'PASS' if ok else 'FAIL'}  {label}")
@@ -186,6 +204,69 @@ def _check(
          not left and sorted(e.content for e in poison) == sorted(GARBAGE)
          and all(e.reason for e in poison)),
         ("the job stopped gracefully on SIGTERM (status 0)", status == 0),
+    ]  # fmt: skip
+
+
+@dataclass
+class Accuracy:
+    """A player's hit rate in percent, game by game."""
+
+    rates: list[int] = field(default_factory=list)
+
+
+@handler("Accuracy", Accuracy, types=["Played"])
+def accuracy_v1(state: Accuracy, message: Message, ctx: HandlerContext) -> None:
+    """The first release: a game without a shot divides by zero."""
+    body = message.body or {}
+    state.rates.append(body["hits"] * 100 // body["shots"])
+
+
+@handler("Accuracy", Accuracy, types=["Played"])
+def accuracy(state: Accuracy, message: Message, ctx: HandlerContext) -> None:
+    """The fix: a game without a shot is a rate of 0."""
+    body = message.body or {}
+    state.rates.append(body["hits"] * 100 // body["shots"] if body["shots"] else 0)
+
+
+def _failed_and_sent_back(
+    table: Any, queues: QueueServiceClient, tag: str
+) -> list[tuple[str, bool]]:
+    """A message poisoned by a broken handler, sent back by the command once the fix is deployed."""
+    scores, player = queues.create_queue(f"demo-scores-{tag}"), f"player-{tag}"
+    games = [Message(f"played-{tag}-{n}", player, "Played", {"hits": h, "shots": s})
+             for n, (h, s) in enumerate(((3, 4), (0, 0), (1, 2)))]  # fmt: skip
+    texts = [base64.b64encode(encode_envelope(m).encode()).decode() for m in games]
+    _send(scores, texts)
+
+    def consume(version: Any) -> Any:
+        consumer = QueueConsumer(Processor(version, table, _Discard()), scores,
+                                 max_dequeue_count=1, backoff=timedelta(0))  # fmt: skip
+        return consumer.run(until_empty=True)
+
+    consume(accuracy_v1)
+    poison = queues.get_queue_client(f"{scores.queue_name}-poison")
+    print(f"\nfailed messages: the first Accuracy handler poisoned "
+          f"{len(read_poison(poison))} of 3; the fix deployed, then:")  # fmt: skip
+    command = [str(Path(sys.executable).parent / "streamstone-poison"), "send-back",
+               poison.queue_name]  # fmt: skip
+    back = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    print(f"  $ streamstone-poison send-back {poison.queue_name}\n"
+          + "".join(f"  {line}\n" for line in back.stdout.splitlines()))  # fmt: skip
+    consume(accuracy)
+    second = subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    scores.send_message(texts[1])  # the message once more: a duplicate
+    stats = consume(accuracy)
+    fixed = Processor(accuracy, table, _Discard())
+    history = [v.message_id for v in fixed.history(player)]
+    rates = fixed.current_state(player).state.rates
+    for name in (scores.queue_name, poison.queue_name):
+        queues.delete_queue(name)
+    return [
+        ("the failed message, sent back after the fix, was applied once",
+         back.returncode == 0 and history == [games[0].id, games[2].id, games[1].id]
+         and rates == [75, 50, 0]),
+        ("a second send-back found nothing; a copy sent again was a duplicate",
+         second.stdout.startswith("0 sent") and (stats.duplicates, stats.completed) == (1, 0)),
     ]  # fmt: skip
 
 
