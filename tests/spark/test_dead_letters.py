@@ -169,6 +169,12 @@ def test_a_queue_message_s_dead_letter_is_fed_back_with_the_id_the_job_gave_it()
     )  # fmt: skip
 
 
+def _micros(at: datetime | None) -> int:
+    """A time as Spark's ``unix_micros`` gives it."""
+    assert at is not None
+    return (at - EPOCH) // timedelta(microseconds=1)
+
+
 def b64_text(envelope: dict[str, Any]) -> str:
     return base64.b64encode(json.dumps(envelope).encode()).decode()
 
@@ -205,10 +211,10 @@ def test_a_poison_queue_reads_as_a_dataframe_of_exact_rows(
         (bad.id, bad.inserted_on, *(None,) * 13,
          "not a poison entry: Only base64 data is allowed", "not an entry"),
     ]  # fmt: skip
-    micros = [(i, (at - EPOCH) // timedelta(microseconds=1), *rest) for i, at, *rest in expected]
+    micros = [(i, _micros(at), *rest) for i, at, *rest in expected]
     assert sorted(tuple(r) for r in rows) == sorted(micros)
     assert [r.id for r in rows] == [
-        m.id for m in sorted(peeked.values(), key=lambda m: m.inserted_on)
+        m.id for m in sorted(peeked.values(), key=lambda m: _micros(m.inserted_on))
     ]
     # Left in the queue, as it was.
     assert sorted(m.content for m in poison.peek_messages(max_messages=32)) == sorted(peeked)
