@@ -11,9 +11,11 @@ Executors build their table client from their own environment
 token or a managed identity); see :class:`JobSettings`.
 """
 
+from ._dead_letters import DEAD_LETTER_SCHEMA, read_dead_letters, write_dead_letters
 from ._input import INPUT_SCHEMA, read_messages
 from ._job import process_messages, run_batch, write_result
 from ._queue_stream import QueueSourceUnavailable, read_queue, register_queue_source, run_queue
+from ._queues._poison import POISON_SCHEMA, read_poison
 from ._queues._sink import Delivery, OutputRoute
 from ._session import session
 from ._settings import JobSettings, parse_duration, resolve_handler
@@ -22,8 +24,10 @@ from ._stream import METRICS, process_stream, run_stream
 from ._summary import JobResult, Summary, Unsettled
 
 __all__ = [
+    "DEAD_LETTER_SCHEMA",
     "INPUT_SCHEMA",
     "METRICS",
+    "POISON_SCHEMA",
     "Delivery",
     "JobResult",
     "JobSettings",
@@ -34,8 +38,10 @@ __all__ = [
     "parse_duration",
     "process_messages",
     "process_stream",
+    "read_dead_letters",
     "read_history",
     "read_messages",
+    "read_poison",
     "read_queue",
     "read_states",
     "register_queue_source",
@@ -44,5 +50,6 @@ __all__ = [
     "run_queue",
     "run_stream",
     "session",
+    "write_dead_letters",
     "write_result",
 ]

@@ -13,8 +13,8 @@ from urllib.parse import unquote_to_bytes
 from pyspark.sql import SparkSession
 
 __all__ = [
-    "canonical", "delete", "exists", "glob_escaped", "listed", "local", "names", "qualified",
-    "read_text", "shown", "skipped", "write_text",
+    "canonical", "create_in_new", "delete", "exists", "glob_escaped", "listed", "local", "names",
+    "qualified", "read_text", "shown", "skipped", "write_text",
 ]  # fmt: skip
 
 
@@ -88,6 +88,17 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     fs.delete(hadoop_path, False)  # with its checksum, if one was kept
     if not raw.rename(beside, hadoop_path):
         raise OSError(f"could not write {path!r}")
+
+
+def create_in_new(spark: SparkSession, folder: str, name: str) -> Any:
+    """An output stream to the file ``name`` in the new ``folder`` (refused,
+    naming it, if anything is there), written without a checksum beside it,
+    so that the file can be edited by hand and read again."""
+    fs, hadoop_path = _path(spark, folder)
+    if fs.exists(hadoop_path):
+        raise ValueError(f"{folder!r} exists: give a new folder (nothing is written over)")
+    jvm: Any = spark.sparkContext._jvm
+    return _unchecked(spark, fs).create(jvm.org.apache.hadoop.fs.Path(hadoop_path, name), False)
 
 
 def listed(spark: SparkSession, directory: str) -> list[tuple[str, int]]:
