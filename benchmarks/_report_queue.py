@@ -11,8 +11,8 @@ from _report_format import Record, find, num, plot, section
 #: The queue consumer's sides: the bare loop, then each processor, by record suffix.
 QUEUE_SIDES = (
     ("bare loop", None),
-    ("consumer (wire)", ""),
-    ("consumer (wire, header cache)", ".header_cache"),
+    ("consumer (defaults: wire, its own header cache)", ""),
+    ("consumer (wire, no header cache)", ".no_header_cache"),
     ("consumer (SDK table client)", ".sdk_table"),
 )
 
@@ -78,7 +78,8 @@ def queue_section(records: list[Record], images: Path, name: str) -> list[str]:
         "sent in rounds of `queue_depth` (Azurite's Queue service slows with the messages a "
         "queue holds), each round started on idle Azurite processes (a run during which "
         "Azurite swept its queue store is run again); the sides take turns. The consumer's "
-        "processor runs on the wire runner's client; `.header_cache` adds a `HeaderCache`, "
+        "processor runs on the wire runner's client with the `HeaderCache` the consumer gives "
+        "it (its default); `.no_header_cache` takes that cache away, "
         "`.sdk_table` puts it on the SDK's `TableClient`. `queue.split.*`: milliseconds per "
         "message, elapsed time summed over threads (receive, delete, process, process.table) "
         "or CPU (`.cpu`, the client process's `cpu`, and the Azurite processes' "
