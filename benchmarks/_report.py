@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from _report_format import Record
-from _report_queue import queue_section
+from _report_queue import queue_path_section, queue_section
 from _report_runtime import (
     async_section,
     engine_section,
@@ -39,6 +39,7 @@ SECTIONS: tuple[Callable[[list[Record], Path, str], list[str]], ...] = (
     compression_section,
     retention_section,
     queue_section,
+    queue_path_section,
     async_section,
     task_profile_section,
 )

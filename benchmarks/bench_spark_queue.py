@@ -8,10 +8,15 @@ of as many rows as a queue micro-batch takes:
   empty (1,000 messages a micro-batch, each deleted after its batch is
   written), in messages per second;
 - peer: ``run_stream`` over the files, one file (1,000 rows) a micro-batch
-  (``availableNow``), into a fresh table each run.
+  (``availableNow``), into a fresh table each run;
+- ``spark.queue_source.vs_consumer``: the same runs beside a ``QueueConsumer``
+  with as many key threads as the job has (``local[2]``'s 2 task slots x the
+  job's 8 keys in flight: ``workers=16``, its defaults otherwise) draining the
+  same queued messages into a fresh table (outputs to an ``InMemoryPublisher``,
+  where the job writes files).
 
-Filling the queue is not timed. Runs alternate (queue, files, queue, ...) so
-drift strikes both. Run: ``python benchmarks/bench_spark_queue.py [--quick]``.
+Filling the queue is not timed. Runs alternate (queue, files, consumer,
+queue, ...) so drift strikes all three. Run: ``python benchmarks/bench_spark_queue.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -30,10 +35,14 @@ from _common import account, check, emit, quick
 from azure.data.tables import TableServiceClient
 from azure.storage.queue import QueueServiceClient
 
-from handlers import Message, encode_envelope
+from handlers import InMemoryPublisher, Message, Processor, QueueConsumer, encode_envelope
+from handlers.examples import shooting_range
 from spark_driver import JobSettings, Summary, run_queue, run_stream, session
+from streamstone_py import WireTableClient
 
 PER_BATCH = 1000
+#: The consumer's threads: as many keys in flight as the job's (2 slots x 8).
+CONSUMER_WORKERS = 16
 
 
 def workload(games: int, per_game: int) -> tuple[int, list[Message]]:
@@ -66,6 +75,30 @@ def write_files(directory: Path, messages: list[Message]) -> None:
         )
 
 
+def consume(
+    queues: QueueServiceClient, tables: TableServiceClient, connection_string: str,
+    texts: list[str], distinct: int,
+) -> float:  # fmt: skip
+    """Messages/s of a ``QueueConsumer`` over ``texts``, queued (not timed)."""
+    queue = queues.create_queue(f"bench-{uuid.uuid4().hex[:10]}")
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(queue.send_message, texts))
+    name = tables.create_table(f"bench{uuid.uuid4().hex[:10]}").table_name
+    # The wire runner's client, as the job's tasks have it.
+    table = WireTableClient.from_connection_string(connection_string, name)
+    processor = Processor(shooting_range, table, InMemoryPublisher())
+    consumer = QueueConsumer(processor, queue, workers=CONSUMER_WORKERS)
+    start = time.perf_counter()
+    stats = consumer.run(until_empty=True)
+    rate = len(texts) / (time.perf_counter() - start)
+    got = (stats.completed, stats.duplicates)
+    check(got == (distinct, len(texts) - distinct), f"consumer: {stats}")
+    check(queue.get_queue_properties().approximate_message_count == 0, "queue left")
+    queues.delete_queue(queue.queue_name)
+    table.close()
+    return rate
+
+
 def main() -> int:
     is_quick = quick(__doc__)
     games, per_game, repeats = (50, 20, 2) if is_quick else (100, 40, 3)
@@ -81,6 +114,7 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         from_queue: list[float] = []
         from_files: list[float] = []
+        from_consumer: list[float] = []
 
         def settings() -> JobSettings:
             table = f"bench{uuid.uuid4().hex[:10]}"
@@ -115,6 +149,7 @@ def main() -> int:
                 from_files.append(len(messages) / (time.perf_counter() - start))
                 got = processed(summaries)
                 check(got == (distinct, len(messages) - distinct), f"file source: {got}")
+                from_consumer.append(consume(queues, tables, connection_string, texts, distinct))
         finally:
             spark.stop()
     params = {"messages": len(messages), "distinct": distinct, "games": games,
@@ -122,6 +157,11 @@ def main() -> int:
     emit(
         "spark.queue_source", "messages/s", "higher", from_queue,
         "the file source, one 1,000-row file a micro-batch", from_files, params,
+    )  # fmt: skip
+    emit(
+        "spark.queue_source.vs_consumer", "messages/s", "higher", from_queue,
+        f"a QueueConsumer, workers={CONSUMER_WORKERS}, on the same queued messages",
+        from_consumer, params,
     )  # fmt: skip
     return 0
 

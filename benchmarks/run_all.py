@@ -41,7 +41,10 @@ SCRIPTS = (
     "bench_storage.py",
     "bench_queue.py",
     "bench_spark_queue.py",
+    "bench_azurite_queue.py",
+    "bench_task_memory.py",
     "profile_task.py",
+    "profile_spark_queue.py",
 )
 
 
