@@ -1,7 +1,7 @@
 """The two sides of the queue benchmark over the same messages: the consumer
-(on each processor: the wire runner's client, with a header cache, or the
-SDK's table client) and the bare receive-and-delete loop, each run checked
-for what it must leave behind."""
+(on each processor: the wire runner's client with the consumer's header
+cache or without it, or the SDK's table client) and the bare
+receive-and-delete loop, each run checked for what it must leave behind."""
 
 from __future__ import annotations
 

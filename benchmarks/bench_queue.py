@@ -39,8 +39,8 @@
   sides' rates.
 - ``queue.profile.*``: one profiled consumer run over half as many messages
   (cProfile on every thread, timed by each thread's CPU clock; the wire
-  runner's client, no cache): the client's CPU by package, and its top
-  functions.
+  runner's client, the consumer's defaults): the client's CPU by package,
+  and its top functions.
 
 The consumer's and split's figures are drawn here; the sides and their checks
 are in ``_queue_sides.py``, the timers and meters in ``_queue_meter.py``, and
