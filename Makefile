@@ -99,8 +99,12 @@ mutate: setup
 
 # Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 # The wheel of the three packages, for your own environment or a cluster.
+# setuptools' own lines (two hundred of them) only when the build fails.
 wheel: setup
-	$(PY) -m build --wheel --outdir dist .
+	@mkdir -p dist
+	@$(PY) -m build --quiet --wheel --outdir dist . > dist/build.log 2>&1 || \
+		{ cat dist/build.log; echo "make wheel: the build failed (its log: dist/build.log)"; exit 1; }
+	@ls -1 dist/*.whl
 
 bench: setup
 	$(PY) benchmarks/run_all.py

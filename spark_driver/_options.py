@@ -173,6 +173,14 @@ def build_parser() -> Parser:
         help="at most N queue messages per micro-batch (queue input)",
     )
     run.add_argument(
+        "--max-dequeue-count",
+        type=int,
+        default=5,
+        metavar="N",
+        help="a queue message that failed on its Nth receive, or was received more often "
+        "without being completed, goes to <queue>-poison (queue input)",
+    )
+    run.add_argument(
         "--max-files-per-trigger",
         type=int,
         metavar="N",

@@ -118,8 +118,9 @@ def test_walkthrough_prints_each_step(connection_string: str) -> None:
     assert "   -> version 0, properties {'Customer': 'ACME'}" in lines
     assert "   -> stream at version 2; events [1, 2]" in lines
     assert "   -> duplicate detected: event id 'msg-2'; nothing was written" in lines
+    assert "   -> the first writer wrote msg-3: stream at version 3" in lines
     conflict = "   -> conflict detected: the stream header has changed"
-    assert any(line.startswith(conflict) for line in lines)
+    assert any(line.startswith(conflict) and "msg-4 was not written" in line for line in lines)
     assert "   v3 id=msg-3 {'Type': 'Checkout'}" in lines
     assert "   -> 3 events, end of stream: True" in lines
 
