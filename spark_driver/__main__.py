@@ -273,14 +273,14 @@ def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
 
 def _run_stream(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     """A file or queue stream, each micro-batch's summary printed once it is written."""
-    from ._queue_stream import MAX_DEQUEUE_COUNT, run_queue
+    from ._queue_stream import run_queue
     from ._queues._sink import Delivery
     from ._stream import run_stream, stop_on_signals
 
     written: dict[int, Any] = {}
 
     def show(batch_id: int, delivery: Delivery) -> None:
-        redelivery = None if args.queue is None else (args.queue, MAX_DEQUEUE_COUNT)
+        redelivery = None if args.queue is None else (args.queue, args.max_dequeue_count)
         table = written.pop(batch_id).table(f"{args.output}/batch={batch_id}", redelivery)
         lines = delivery.lines(outputs=args.route is not None, messages=args.queue is not None)
         print("\n".join([f"micro-batch {batch_id}:", table, *lines]), flush=True)
