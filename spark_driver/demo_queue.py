@@ -143,8 +143,8 @@ def main() -> int:
         restarted = time.time()
         job = _job(command, log)
         deadline = time.monotonic() + 600
-        while inbox.get_queue_properties().approximate_message_count or (
-            (stored := _stored(processor, games)) < distinct
+        while (stored := _stored(processor, games)) < distinct or (
+            inbox.get_queue_properties().approximate_message_count
         ):
             if job.poll() is not None or time.monotonic() > deadline:
                 print(log.read_text(), file=sys.stderr)
@@ -181,7 +181,8 @@ class _Progress:
             self.last = now
             depth = self.inbox.get_queue_properties().approximate_message_count or 0
             print(f"  {now - self.started:5.0f} s: {stored:,} of {self.distinct:,} messages "
-                  f"stored, about {depth:,} queue messages left", flush=True)  # fmt: skip
+                  f"stored; {depth:,} queue messages left (in hand included)",
+                  flush=True)  # fmt: skip
 
 
 def _print_totals(results: Path, since: float, poisoned: int) -> None:
