@@ -224,7 +224,7 @@ def test_the_depth_to_alert_on_and_the_help_that_names_every_operation(
     live = _run(connection_string, "list", queue.queue_name)
 
     assert json.loads(missing.stdout) == {
-        "queue": poison.queue_name, "depth": 0, "oldest_age_seconds": None
+        "queue": poison.queue_name, "depth": 0, "oldest_age_seconds": None, "hidden": 0
     }  # fmt: skip
     depth = json.loads(found.stdout)
     assert (depth["depth"], depth["oldest_age_seconds"] >= 1) == (2, True)

@@ -218,3 +218,5 @@ def test_a_poison_queue_reads_as_a_dataframe_of_exact_rows(
     ]
     # Left in the queue, as it was.
     assert sorted(m.content for m in poison.peek_messages(max_messages=32)) == sorted(peeked)
+    # A poison queue not made yet (no message poisoned so far) holds no entry.
+    assert read_poison(spark, f"{inbox.queue_name}-none-poison").count() == 0
