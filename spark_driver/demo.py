@@ -7,8 +7,8 @@ duplicates to the end of the input (late redeliveries). The batch job runs on
 local Spark with speculation on, while the first attempt of one task dies
 partway in its Python worker and Spark retries it; then again over the same
 input; then the job's task body runs twice at once over 25 games, as a
-speculative copy would (see ``_demo_repeats``). The check compares the stored
-states and the outputs with a clean run's (``_demo_reference``): every
+speculative copy would (see ``_demo._repeats``). The check compares the stored
+states and the outputs with a clean run's (``_demo._reference``): every
 distinct message changed state exactly once, the rerun changed nothing, and
 every run produced the same output messages.
 """
@@ -31,8 +31,8 @@ from pyspark.sql import functions as F
 
 from streamstone_py import TableConfig
 
-from ._demo_reference import clean_run, output_rows, read_rows, stored_states
-from ._demo_repeats import (
+from ._demo._reference import clean_run, output_rows, read_rows, stored_states
+from ._demo._repeats import (
     DIE_AT,
     FAILING_TASK,
     armed,
@@ -52,8 +52,8 @@ SEED = 20261121
 MASTER = "local[2,4]"
 #: The games the speculative copies run over.
 COPIED_GAMES = 25
-#: shooting_range with the demo's fault (see ``_demo_repeats``).
-_DYING = "spark_driver._demo_repeats:dies_once"
+#: shooting_range with the demo's fault (see ``_demo._repeats``).
+_DYING = "spark_driver._demo._repeats:dies_once"
 
 
 def workload(path: Path, games: int = GAMES, per_game: int = PER_GAME) -> tuple[int, int]:

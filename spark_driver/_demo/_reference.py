@@ -17,7 +17,7 @@ from azure.data.tables import TableClient
 from handlers import InMemoryPublisher, Message, Processor
 from handlers.examples import shooting_range
 
-from ._tasks._rows import body_json
+from .._tasks._rows import body_json
 
 __all__ = ["OUTPUT", "clean_run", "output_rows", "read_rows", "stored_states"]
 

@@ -32,8 +32,8 @@ from pyspark.sql import SparkSession
 from handlers import HandlerContext, Message, handler
 from handlers.examples import ShootingRange, shooting_range
 
-from ._settings import JobSettings
-from ._tasks._executor import RESULT_SCHEMA, process_partition
+from .._settings import JobSettings
+from .._tasks._executor import RESULT_SCHEMA, process_partition
 
 __all__ = [
     "DIE_AT", "FAILING_TASK", "armed", "death", "dies_once", "failed_attempts",
