@@ -27,6 +27,8 @@ with open(sys.argv[1], "rb") as f:
 ' "$root/pyproject.toml" >"$work/requirements.txt"
 "$work/environment/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r "$work/requirements.txt"
+# The executors install nothing: the installer would be a third of the archive.
+"$work/environment/bin/python" -m pip uninstall --quiet --yes pip setuptools
 mkdir -p "$(dirname "$out")"
 tar -czf "$work/environment.tar.gz" -C "$work/environment" .
 mv "$work/environment.tar.gz" "$out"
