@@ -72,8 +72,9 @@ test-spark35: $(VENV35)/.installed $(NODE_MODULES)
 	$(PY35) -m azurite.launcher -- $(PY35) -m spark_driver demo
 
 # examples/cluster/submit.sh as written, twice, on a local-cluster master (two
-# executor JVMs with their own Python workers) against Azurite, then the demo's
-# exactly-once check: about two minutes.
+# executor JVMs with their own Python workers, on the dependencies that
+# pack_env.sh packs once into build/cluster-env/ and --archives ships) against
+# Azurite, then the demo's exactly-once check: about two minutes.
 test-cluster: setup
 	$(PY) -m pytest -m cluster tests/spark/test_cluster.py
 
