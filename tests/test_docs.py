@@ -162,3 +162,14 @@ def test_the_handler_guide_runs_block_by_block_and_its_command_as_written(
 
 def _sh_blocks(path: Path) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", path.read_text(), flags=re.DOTALL)
+
+
+def test_the_demo_s_workload_in_the_docs_is_the_one_the_demo_writes(tmp_path: Path) -> None:
+    from spark_driver.demo import GAMES, workload
+
+    distinct, rows = workload(tmp_path / "messages.jsonl")
+    said = f"{rows:,} messages"
+    for page in (ROOT / "README.md", DOCS / "commands.md", DOCS / "spark-pipeline.md"):
+        assert f"twice over {said}" in page.read_text() or f"demo's {said}" in page.read_text()
+    assert f"({distinct:,} messages over {GAMES} games," in (DOCS / "commands.md").read_text()
+    assert (rows - distinct) / distinct == 0.2  # "20% duplicated"

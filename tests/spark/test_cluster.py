@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from handlers import InMemoryPublisher, Processor
 from handlers.examples import shooting_range
 from spark_driver.demo import workload
+from tests.helpers import rerun_requests_per_key
 from tests.spark.test_pipeline import client, outputs
 
 CLUSTER = "local-cluster[2,1,1024]"
@@ -134,6 +135,8 @@ def test_submit_sh_on_a_local_cluster_passes_the_exactly_once_check(
     first, second = summaries
     assert (first["processed"], first["duplicates"]) == (distinct, rows - distinct)
     assert (second["processed"], second["duplicates"], second["new_outputs"]) == (0, rows, 0)
+    # As docs/spark-pipeline.md says a rerun costs.
+    assert second["requests"] <= rerun_requests_per_key() * GAMES
     assert first["new_outputs"] == second["reemitted_outputs"] == GAMES * (PER_GAME - 1)
     for summary in summaries:
         assert summary["dead_lettered"] == summary["abandoned"] == summary["faulted"] == 0
