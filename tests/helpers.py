@@ -207,10 +207,10 @@ def forked(work: Callable[[], object], within: float) -> Any:
 
 
 def rerun_requests_per_key() -> int:
-    """The bound docs/spark-pipeline.md gives a rerun's requests per key, which
-    the cluster test holds the demo's workload to."""
+    """The figure docs/spark-pipeline.md gives a rerun's requests per key
+    ("about N"), which the cluster test holds the demo's workload to."""
     found = re.search(
-        r"same input sends up to (\d+) per key",
+        r"same input sends about (\d+) per key",
         (Path(__file__).resolve().parents[1] / "docs" / "spark-pipeline.md").read_text(),
     )
     assert found is not None

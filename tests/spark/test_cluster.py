@@ -135,8 +135,9 @@ def test_submit_sh_on_a_local_cluster_passes_the_exactly_once_check(
     first, second = summaries
     assert (first["processed"], first["duplicates"]) == (distinct, rows - distinct)
     assert (second["processed"], second["duplicates"], second["new_outputs"]) == (0, rows, 0)
-    # As docs/spark-pipeline.md says a rerun costs.
-    assert second["requests"] <= rerun_requests_per_key() * GAMES
+    # As docs/spark-pipeline.md says a rerun costs: about N per key (within a fifth).
+    about = rerun_requests_per_key() * GAMES
+    assert 0.8 * about <= second["requests"] <= 1.2 * about
     assert first["new_outputs"] == second["reemitted_outputs"] == GAMES * (PER_GAME - 1)
     for summary in summaries:
         assert summary["dead_lettered"] == summary["abandoned"] == summary["faulted"] == 0
