@@ -166,15 +166,19 @@ def test_a_reason_with_a_lone_surrogate_is_listed_and_shown_escaped(
     assert "reason            bad \\ud800 text\n" in shown.stdout
 
 
-def test_a_cut_answer_to_a_send_is_a_storage_failure_said_in_one_line_and_nothing_is_lost(
+def test_a_cut_answer_to_a_send_is_a_storage_failure_said_in_one_line_after_what_went(
     connection_string: str, queues: QueueServiceClient, queue: QueueClient
 ) -> None:
     poison = _poison(queues, queue)
-    _shelve(poison, queue, add(1, "k", 1))
+    _shelve(poison, queue, add(1, "k", 1), add(2, "k", 2))
     inbox = f"POST /devstoreaccount1/{queue.queue_name}/messages".encode()
+    posts: list[Request] = []
 
     def plan(request: Request) -> str:
-        return "behead" if request.head.startswith(inbox) else "pass"
+        if not request.head.startswith(inbox):
+            return "pass"
+        posts.append(request)
+        return "behead" if len(posts) == 2 else "pass"
 
     with Proxy(azurite_port(connection_string, "Queue")) as cutting:
         cutting.plan(plan)  # type: ignore[arg-type]
@@ -182,12 +186,34 @@ def test_a_cut_answer_to_a_send_is_a_storage_failure_said_in_one_line_and_nothin
                    poison.queue_name)  # fmt: skip
 
     assert cut.returncode == 1
-    assert cut.stderr.startswith("streamstone-poison: the storage service failed:"), cut.stderr
-    assert "Traceback" not in cut.stderr
-    # The send was applied, its answer cut: the entry stays too, a copy on both sides.
-    assert len(queue.peek_messages()) == 1
+    # What went before the failure is said; the failure is one line.
+    assert cut.stdout.count("sent 'm-") == 1, cut.stdout
+    [line] = cut.stderr.splitlines()
+    assert line.startswith("streamstone-poison: the storage service failed:"), cut.stderr
+    assert line.endswith("(run it again: it is safe)")
+    # The second send was applied, its answer cut: its entry stays too, a copy on both sides.
+    assert len(queue.peek_messages(max_messages=32)) == 2
     time.sleep(1.2)
-    assert len(read_poison(poison)) == 1
+    assert [s.message.id for s in read_poison(poison) if s.message] != []
+
+
+def test_a_poison_queue_is_refused_as_the_queue_to_send_back_to(
+    connection_string: str, queues: QueueServiceClient, queue: QueueClient
+) -> None:
+    poison = _poison(queues, queue)
+    _shelve(poison, queue, add(1, "k", 1), add(1, "k", 1))
+
+    refused = _run(connection_string, "send-back", poison.queue_name, "--to", poison.queue_name)
+    dry = _run(connection_string, "send-back", poison.queue_name, "--dry-run")
+    with pytest.raises(ValueError, match="a poison queue holds entries, not messages"):
+        send_back(poison, to=poison)
+
+    assert refused.returncode == 2
+    assert "is a poison queue: it holds entries, not messages" in refused.stderr
+    assert dry.stdout.splitlines()[-1] == (
+        f"1 would send, 1 copies of those would be deleted; 0 left in {poison.queue_name}"
+    )
+    assert len(read_poison(poison)) == 2
 
 
 def test_send_back_over_a_poison_queue_never_made_sends_nothing_and_says_so(

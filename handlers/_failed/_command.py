@@ -187,14 +187,19 @@ def _where(args: argparse.Namespace) -> PoisonFilter:
 
 def _send_back(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
     to = None if args.to is None else queue_beside(poison, args.to)
-    report = send_back(poison, _where(args), to=to, dry_run=args.dry_run, hold=args.hold)
-    verb = "would send" if report.dry_run else "sent"
-    for shelved, queue in report.sent:
+    verb = "would send" if args.dry_run else "sent"
+
+    def said(shelved: ShelvedEntry, queue: str) -> None:  # as it goes: a failure keeps them
         assert shelved.message is not None
         out.write(f"{verb} {shelved.message.id!r} (key {shelved.message.key!r}, type "
                   f"{shelved.message.type!r}) to {queue}\n")  # fmt: skip
+        out.flush()
+
+    report = send_back(poison, _where(args), to=to, dry_run=args.dry_run, hold=args.hold,
+                       on_sent=said)  # fmt: skip
     unread = sum(s.message is None for s in report.left)
-    copies = f", {len(report.copies)} copies of those deleted" if report.copies else ""
+    gone = "would be deleted" if report.dry_run else "deleted"
+    copies = f", {len(report.copies)} copies of those {gone}" if report.copies else ""
     out.write(f"{len(report.sent)} {verb}{copies}; {len(report.left)} left in "
               f"{poison.queue_name}" + (f" ({unread} do not read: see `list`)" if unread else "")
               + "\n")  # fmt: skip
@@ -251,6 +256,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command; its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "to", None) and args.to.endswith(POISON_SUFFIX):
+        parser.error(f"--to {args.to!r} is a poison queue: it holds entries, not messages")
     if not (args.any_name or args.queue.endswith(POISON_SUFFIX)):
         parser.error(f"{args.queue!r} does not end in {POISON_SUFFIX!r}: is it a poison "
                      "queue? (--any-name takes it)")  # fmt: skip
@@ -265,5 +272,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         print(f"streamstone-poison: {exc}", file=sys.stderr)
         return 2
     except (AzureError, ParseError) as exc:  # a cut answer's XML does not parse
-        print(f"streamstone-poison: the storage service failed: {exc}", file=sys.stderr)
+        # The SDK's text runs on with the request id and the answer's XML: its first line.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"streamstone-poison: the storage service failed: {first} (run it again: it is "
+              "safe)", file=sys.stderr)  # fmt: skip
         return 1

@@ -25,6 +25,7 @@ from azure.storage.queue import QueueClient
 
 from .._messages._envelope import encode_envelope, read_queue_text
 from .._queues._poison import NEVER
+from .._queues._publisher import POISON_SUFFIX
 from ._select import PoisonFilter
 from ._shelf import ShelvedEntry, held, not_seen
 
@@ -124,6 +125,7 @@ def send_back(
     to: QueueClient | None = None,
     dry_run: bool = False,
     hold: timedelta = timedelta(minutes=5),
+    on_sent: Callable[[ShelvedEntry, str], None] | None = None,
 ) -> SendBackReport:
     """Send the matching entries of ``poison`` back to the queue each came
     from (or ``to``), then delete each; ``dry_run`` sends and deletes
@@ -131,9 +133,15 @@ def send_back(
     should outlast the whole send-back: an entry still to send when it runs
     out may be taken by another reader, and one sent then is not deleted
     (reported: sent again later, a duplicate). Copies of one message (entries
-    are at least once) are sent once and all deleted. A fault of the Queue
-    service stops it with the error: what was sent is deleted or stays as a
-    copy, so running it again is safe."""
+    are at least once) are sent once and all deleted. ``on_sent(entry,
+    queue)`` hears of each as it is sent. A fault of the Queue service stops
+    it with the error: what was sent is deleted or stays as a copy, so
+    running it again is safe. ``to`` may not be a poison queue."""
+    if to is not None and to.queue_name.endswith(POISON_SUFFIX):
+        raise ValueError(
+            f"cannot send back to {to.queue_name!r}: a poison queue holds entries, not "
+            "messages (what went there could not be sent back again)"
+        )
     now, where = datetime.now(UTC), where or PoisonFilter()
     sent: list[tuple[ShelvedEntry, str]] = []
     left: list[ShelvedEntry] = []
@@ -165,6 +173,8 @@ def send_back(
                 sent.append((shelved, target.queue_name))
                 if not dry_run:
                     _send(target, shelved, now)
+                if on_sent is not None:  # as it goes: a send-back that fails later says what went
+                    on_sent(shelved, target.queue_name)
                     _log.info("poisoned message %r of key %r sent back to %s",
                               shelved.message.id, shelved.message.key,
                               target.queue_name)  # fmt: skip
