@@ -98,7 +98,6 @@ chaos: setup
 mutate: setup
 	$(PY) -m tests.mutate $(MUTANTS)
 
-# Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 # The wheel of the three packages, for your own environment or a cluster.
 # setuptools' own lines (two hundred of them) only when the build fails.
 wheel: setup
@@ -107,6 +106,7 @@ wheel: setup
 		{ cat dist/build.log; echo "make wheel: the build failed (its log: dist/build.log)"; exit 1; }
 	@ls -1 dist/*.whl
 
+# Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 bench: setup
 	$(PY) benchmarks/run_all.py
 

@@ -132,7 +132,11 @@ def build_parser() -> Parser:
         help="how storage requests travel: spoken by the engine over HTTP, or through "
         "azure-data-tables (the reference)",
     )
-    run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
+    run.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="stop the job (exit 4) at the first abandoned or faulted message",
+    )
     run.add_argument(
         "--master",
         help=f"Spark master (default: the one spark-submit set, else {LOCAL_MASTER})",

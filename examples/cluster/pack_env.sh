@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Pack the package's dependencies (pyproject.toml's, from the package index)
-# into a virtualenv archive, for spark-submit --archives: submit.sh ships it
+# Pack the package's dependencies (pyproject.toml's, and its spark extra's
+# pandas and pyarrow, which streams and queue input need on the executors for
+# Arrow; from the package index) into a virtualenv archive, for spark-submit --archives: submit.sh ships it
 # when ENVIRONMENT names it, and the executors run its Python.
 #
 #   PYTHON   the Python the virtualenv is made with (default: python3). The
@@ -23,7 +24,9 @@ trap 'rm -rf "$work"' EXIT
 "$python" -c '
 import sys, tomllib
 with open(sys.argv[1], "rb") as f:
-    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+    project = tomllib.load(f)["project"]
+extra = [r for r in project["optional-dependencies"]["spark"] if not r.startswith("pyspark")]
+print("\n".join(project["dependencies"] + extra))
 ' "$root/pyproject.toml" >"$work/requirements.txt"
 "$work/environment/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r "$work/requirements.txt"

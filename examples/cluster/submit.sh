@@ -51,7 +51,8 @@
 # with ENVIRONMENT (see docs/cluster.md).
 #
 # Supported Spark versions: 3.5 and 4.x. Runtimes on Spark 3.5 include
-# Microsoft Fabric runtime 1.3 and Databricks Runtime 14.3 LTS and 15.4 LTS;
+# Microsoft Fabric runtime 1.3 and Databricks Runtime 15.4 LTS (14.3 LTS runs
+# Python 3.10, older than the package needs);
 # check your platform's runtime notes for the Spark version it runs.
 set -euo pipefail
 

@@ -66,6 +66,15 @@ def _filters(command: argparse.ArgumentParser) -> None:
                        help="poisoned at least this long ago: 90s, 30m, 2h, 1d, 1w")  # fmt: skip
 
 
+def _shared(parser: argparse.ArgumentParser, hold: Any, any_name: Any) -> None:
+    parser.add_argument("--hold", type=_duration, default=hold, metavar="AGE",
+                        help="how long entries stay hidden from other readers while one "
+                        "operation reads them (default: 5m)")  # fmt: skip
+    parser.add_argument("--any-name", action="store_true", default=any_name,
+                        help=f"take a queue whose name does not end in {POISON_SUFFIX!r} "
+                        "(operations receive its messages: never a live queue)")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's parser: one subcommand per operation."""
     parser = _Parser(
@@ -78,12 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status: 0 done; 1 the storage service failed (run it again: it is safe); "
         "2 refused before anything was done.",
     )
-    parser.add_argument("--hold", type=_duration, default=timedelta(minutes=5), metavar="AGE",
-                        help="how long entries stay hidden from other readers while one "
-                        "operation reads them (default: 5m)")  # fmt: skip
-    parser.add_argument("--any-name", action="store_true",
-                        help=f"take a queue whose name does not end in {POISON_SUFFIX!r} "
-                        "(operations receive its messages: never a live queue)")  # fmt: skip
+    _shared(parser, timedelta(minutes=5), False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="count entries by reason, key and age")
     shown = commands.add_parser("show", help="one entry whole: reason, receives, message")
@@ -91,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     purge = commands.add_parser("purge", help="delete entries for good, after a confirmation")
     depth = commands.add_parser("depth", help="how many entries, and the oldest one's age")
     for command in (listing, shown, back, purge, depth):
+        # Before the operation's name or after it: a subcommand's own default
+        # would otherwise undo what was given before it.
+        _shared(command, argparse.SUPPRESS, argparse.SUPPRESS)
         command.add_argument("queue", type=_queue, metavar="POISON_QUEUE",
                              help=f"the poison queue, such as orders{POISON_SUFFIX}")  # fmt: skip
     for command in (listing, shown, depth):
