@@ -72,8 +72,9 @@ test-spark35: $(VENV35)/.installed $(NODE_MODULES)
 	$(PY35) -m azurite.launcher -- $(PY35) -m spark_driver demo
 
 # examples/cluster/submit.sh as written, twice, on a local-cluster master (two
-# executor JVMs with their own Python workers) against Azurite, then the demo's
-# exactly-once check: about two minutes.
+# executor JVMs with their own Python workers, on the dependencies that
+# pack_env.sh packs once into build/cluster-env/ and --archives ships) against
+# Azurite, then the demo's exactly-once check: about two minutes.
 test-cluster: setup
 	$(PY) -m pytest -m cluster tests/spark/test_cluster.py
 
@@ -97,11 +98,15 @@ chaos: setup
 mutate: setup
 	$(PY) -m tests.mutate $(MUTANTS)
 
-# Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 # The wheel of the three packages, for your own environment or a cluster.
+# setuptools' own lines (two hundred of them) only when the build fails.
 wheel: setup
-	$(PY) -m build --wheel --outdir dist .
+	@mkdir -p dist
+	@$(PY) -m build --quiet --wheel --outdir dist . > dist/build.log 2>&1 || \
+		{ cat dist/build.log; echo "make wheel: the build failed (its log: dist/build.log)"; exit 1; }
+	@ls -1 dist/*.whl
 
+# Every benchmark against one Azurite; writes benchmarks/results/ and docs/benchmarks.md.
 bench: setup
 	$(PY) benchmarks/run_all.py
 

@@ -50,13 +50,16 @@ def main() -> int:
     except DuplicateEventError as error:
         print(f"   -> duplicate detected: event id {error.id!r}; nothing was written")
 
-    print("4. write from a stale header (another writer got there first)")
+    print("4. two writers hold the stream at version 2; the first writes msg-3")
     stale = stream
     stream = Stream.write(stream, EventData(id="msg-3", properties={"Type": "Checkout"})).stream
+    print(f"   -> the first writer wrote msg-3: stream at version {stream.version}")
+    print("   the second writes msg-4 from its header, now stale")
     try:
         Stream.write(stale, EventData(id="msg-4", properties={"Type": "ItemRemoved"}))
     except ConcurrencyConflictError as error:
-        print(f"   -> conflict detected: {error.reason}; re-open the stream and decide again")
+        print(f"   -> conflict detected: {error.reason}; msg-4 was not written (re-open the "
+              "stream and decide again)")  # fmt: skip
 
     print("5. read the stream back")
     page = Stream.read(partition)

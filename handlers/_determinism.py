@@ -77,16 +77,18 @@ class HandlerReport:
         runs = "twice in this process"
         if self.hash_seeds:
             runs += " and once per PYTHONHASHSEED in " + ", ".join(map(str, self.hash_seeds))
-        head = f"handler {self.handler!r}: {self.messages} messages, each {runs}: "
+        head = f"handler {self.handler!r}: {_count(self.messages, 'message')}, each {runs}: "
         raised = len(self.failures)
         if raised and raised == self.messages:
             head += f"raised on every message ({raised} of {raised}), so nothing was compared"
         else:
             head += (
-                "deterministic" if self.deterministic else f"{len(self.differences)} differences"
+                "deterministic"
+                if self.deterministic
+                else _count(len(self.differences), "difference")
             )
             if raised:
-                head += f"; raised on {raised} of {self.messages} messages"
+                head += f"; raised on {raised} of {_count(self.messages, 'message')}"
         lines = [head, *(f"  {d}" for d in self.differences)]
         lines += [f"  {m}: raised in every run: {e}" for m, e in self.failures]
         if raised:
@@ -309,3 +311,7 @@ def _child() -> None:
 
 if __name__ == "__main__":
     _child()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

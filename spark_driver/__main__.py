@@ -224,7 +224,9 @@ def _queue_options(parser: Parser, args: argparse.Namespace) -> None:
         args.queues_used.append(("--input", args.queue))
     for option, value, low, high in (("--queue-lock", args.queue_lock, 1, 7 * 24 * 3600),
                                      ("--max-messages-per-trigger",
-                                      args.max_messages_per_trigger, 1, None)):  # fmt: skip
+                                      args.max_messages_per_trigger, 1, None),
+                                     ("--max-dequeue-count", args.max_dequeue_count, 1,
+                                      None)):  # fmt: skip
         if value < low or (high is not None and value > high):
             parser.error(f"{option} must be between {low} and {high or 'any'}, got {value}")
     if args.output_queue:
@@ -271,14 +273,14 @@ def _run(spark: Any, args: argparse.Namespace, settings: Any) -> int:
 
 def _run_stream(spark: Any, args: argparse.Namespace, settings: Any) -> int:
     """A file or queue stream, each micro-batch's summary printed once it is written."""
-    from ._queue_stream import MAX_DEQUEUE_COUNT, run_queue
+    from ._queue_stream import run_queue
     from ._queues._sink import Delivery
     from ._stream import run_stream, stop_on_signals
 
     written: dict[int, Any] = {}
 
     def show(batch_id: int, delivery: Delivery) -> None:
-        redelivery = None if args.queue is None else (args.queue, MAX_DEQUEUE_COUNT)
+        redelivery = None if args.queue is None else (args.queue, args.max_dequeue_count)
         table = written.pop(batch_id).table(f"{args.output}/batch={batch_id}", redelivery)
         lines = delivery.lines(outputs=args.route is not None, messages=args.queue is not None)
         print("\n".join([f"micro-batch {batch_id}:", table, *lines]), flush=True)
@@ -292,6 +294,7 @@ def _run_stream(spark: Any, args: argparse.Namespace, settings: Any) -> int:
                 order_by=args.order_by, output_queues=args.route, trigger=args.every, stop=stop,
                 on_batch=written.__setitem__, on_delivery=show,
                 max_messages=args.max_messages_per_trigger, visibility_timeout=args.queue_lock,
+                max_dequeue_count=args.max_dequeue_count,
             )  # fmt: skip
         else:
             summaries = run_stream(

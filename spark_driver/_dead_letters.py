@@ -79,13 +79,14 @@ def _holds_bytes(value: Any) -> bool:
     return False
 
 
-def _names_its_id(raw: str) -> bool:
-    """Whether ``raw`` is a JSON object with a ``message_id``: an input line."""
+def _names_its_id(raw: str, message_id: str) -> bool:
+    """Whether ``raw`` is a JSON object whose ``message_id`` is the dead
+    letter's: an input line (an envelope may hold a field of that name)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
         return False
-    return isinstance(data, dict) and "message_id" in data
+    return isinstance(data, dict) and data.get("message_id") == message_id
 
 
 def _as_line(message: Message) -> tuple[str | None, str | None]:
@@ -136,7 +137,7 @@ def fed_back(letter: Any) -> tuple[Any, ...]:
             "again; its messages that were processed are duplicates"
         )
         return (*row, None, raw, whole)
-    if message_id is None or _names_its_id(raw):
+    if message_id is None or _names_its_id(raw, message_id):
         return (*row, raw, None, None)
     try:  # a queue message's text, read as the job read it
         message = read_queue_text(raw, default_id=message_id)

@@ -132,7 +132,11 @@ def build_parser() -> Parser:
         help="how storage requests travel: spoken by the engine over HTTP, or through "
         "azure-data-tables (the reference)",
     )
-    run.add_argument("--fail-fast", action="store_true", help="fail the job on a handler error")
+    run.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="stop the job (exit 4) at the first abandoned or faulted message",
+    )
     run.add_argument(
         "--master",
         help=f"Spark master (default: the one spark-submit set, else {LOCAL_MASTER})",
@@ -171,6 +175,14 @@ def build_parser() -> Parser:
         default=1000,
         metavar="N",
         help="at most N queue messages per micro-batch (queue input)",
+    )
+    run.add_argument(
+        "--max-dequeue-count",
+        type=int,
+        default=5,
+        metavar="N",
+        help="a queue message that failed on its Nth receive, or was received more often "
+        "without being completed, goes to <queue>-poison (queue input)",
     )
     run.add_argument(
         "--max-files-per-trigger",

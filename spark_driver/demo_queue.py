@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -128,32 +128,36 @@ def main() -> int:
         log = root / "job.log"
         started = time.perf_counter()
         job = _job(command, log)
+        progress = _Progress(started, inbox, distinct)
         while (stored := _stored(processor, games)) < distinct // 4:
             if job.poll() is not None:
                 print(log.read_text(), file=sys.stderr)
                 print(f"the job exited with {job.returncode} before it was killed", file=sys.stderr)
                 return 1
+            progress.tick(stored)
             time.sleep(0.5)
         job.send_signal(signal.SIGKILL)
         job.wait()
         print(f"killed the job (SIGKILL) at {time.perf_counter() - started:.1f} s, "
               f"{stored:,} messages stored; started it again on its checkpoint")  # fmt: skip
+        restarted = time.time()
         job = _job(command, log)
         deadline = time.monotonic() + 600
-        while inbox.get_queue_properties().approximate_message_count or (
-            _stored(processor, games) < distinct
+        while (stored := _stored(processor, games)) < distinct or (
+            inbox.get_queue_properties().approximate_message_count
         ):
             if job.poll() is not None or time.monotonic() > deadline:
                 print(log.read_text(), file=sys.stderr)
                 print("the restarted job stopped before the queue was empty", file=sys.stderr)
                 return 1
+            progress.tick(stored)
             time.sleep(1)
         job.send_signal(signal.SIGTERM)
         status = job.wait(timeout=120)
         seconds = time.perf_counter() - started
         print(f"queue empty after {seconds:.1f} s; SIGTERM: the job stopped with status {status}")
-        tail = [line for line in log.read_text().splitlines() if line.strip()][-14:]
-        print("\nthe restarted job's last lines:\n" + "\n".join(f"  {line}" for line in tail))
+        poisoned = len(queues.get_queue_client(f"{in_name}-poison").peek_messages(max_messages=32))
+        _print_totals(root / "results", restarted, poisoned)
     checks = _check(processor, queues, sent, games, in_name, out_name, status)
     checks += _failed_and_sent_back(table, queues, tag)
     print("\nexactly-once check:")
@@ -162,6 +166,53 @@ def main() -> int:
     for name in (in_name, out_name, f"{in_name}-poison"):
         queues.delete_queue(name)
     return 0 if all(ok for _, ok in checks) else 1
+
+
+class _Progress:
+    """A line at least every 10 s while the demo waits on the job."""
+
+    def __init__(self, started: float, inbox: QueueClient, distinct: int) -> None:
+        self.started, self.inbox, self.distinct = started, inbox, distinct
+        self.last = started
+
+    def tick(self, stored: int) -> None:
+        now = time.perf_counter()
+        if now - self.last >= 10:
+            self.last = now
+            depth = self.inbox.get_queue_properties().approximate_message_count or 0
+            print(f"  {now - self.started:5.0f} s: {stored:,} of {self.distinct:,} messages "
+                  f"stored; {depth:,} queue messages left (in hand included)",
+                  flush=True)  # fmt: skip
+
+
+def _print_totals(results: Path, since: float, poisoned: int) -> None:
+    """The restarted job's figures, from the outcome and output rows of the
+    micro-batches it wrote (``OUTPUT/batch=N``), and the poison queue's count."""
+    import pyarrow.parquet as pq
+
+    statuses: Counter[str] = Counter()
+    batches = outputs = 0
+    for folder in sorted(results.glob("batch=*")):
+        parts = list((folder / "outcomes").glob("*.parquet"))
+        if not parts or min(p.stat().st_mtime for p in parts) < since:
+            continue  # written by the killed job
+        batches += 1
+        for part in parts:
+            statuses.update(pq.read_table(part, columns=["status"]).column("status").to_pylist())
+        outputs += sum(pq.read_metadata(p).num_rows for p in (folder / "outputs").glob("*.parquet"))
+    rows = [
+        ("messages in", sum(statuses.values()), ""),
+        ("completed", statuses["completed"], "stored now"),
+        ("duplicates", statuses["duplicate"],
+         "sent twice, or stored by the killed job's last micro-batch"),
+        ("dead-lettered", statuses["dead_lettered"], ""),
+        ("abandoned or faulted", statuses["abandoned"] + statuses["faulted"], ""),
+        ("output messages", outputs, "sent to the output queue too"),
+        ("poisoned (both starts)", poisoned, "the texts that are not messages, with reasons"),
+    ]  # fmt: skip
+    print(f"\nthe restarted job's totals over its {batches} micro-batches:")
+    for label, figure, note in rows:
+        print(f"  {label:<24}{figure:>7,}" + (f"   {note}" if note else ""))
 
 
 def _check(

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import threading
 import time
 import traceback
 import warnings
 from collections.abc import Callable, Coroutine, Mapping
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 import pytest
@@ -202,3 +204,14 @@ def forked(work: Callable[[], object], within: float) -> Any:
         time.sleep(0.05)
     with os.fdopen(readable, "rb") as pipe:
         return json.loads(pipe.read())
+
+
+def rerun_requests_per_key() -> int:
+    """The figure docs/spark-pipeline.md gives a rerun's requests per key
+    ("about N"), which the cluster test holds the demo's workload to."""
+    found = re.search(
+        r"same input sends about (\d+) per key",
+        (Path(__file__).resolve().parents[1] / "docs" / "spark-pipeline.md").read_text(),
+    )
+    assert found is not None
+    return int(found[1])

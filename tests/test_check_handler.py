@@ -102,6 +102,13 @@ def test_a_deterministic_handler_passes_in_every_run() -> None:
     report.raise_for_differences()
 
 
+def test_the_report_counts_in_words_that_agree_with_the_number() -> None:
+    one = HandlerReport("ShootingRange", 1, (), (), ())
+
+    assert str(one) == "handler 'ShootingRange': 1 message, each twice in this process: " \
+        "deterministic"  # fmt: skip
+
+
 def test_the_context_s_clock_ids_random_and_captures_are_deterministic() -> None:
     report = check_handler(careful, _messages("k", 3), hash_seeds=(1,))
     assert report.ok, str(report)

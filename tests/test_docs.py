@@ -118,8 +118,9 @@ def test_walkthrough_prints_each_step(connection_string: str) -> None:
     assert "   -> version 0, properties {'Customer': 'ACME'}" in lines
     assert "   -> stream at version 2; events [1, 2]" in lines
     assert "   -> duplicate detected: event id 'msg-2'; nothing was written" in lines
+    assert "   -> the first writer wrote msg-3: stream at version 3" in lines
     conflict = "   -> conflict detected: the stream header has changed"
-    assert any(line.startswith(conflict) for line in lines)
+    assert any(line.startswith(conflict) and "msg-4 was not written" in line for line in lines)
     assert "   v3 id=msg-3 {'Type': 'Checkout'}" in lines
     assert "   -> 3 events, end of stream: True" in lines
 
@@ -161,3 +162,14 @@ def test_the_handler_guide_runs_block_by_block_and_its_command_as_written(
 
 def _sh_blocks(path: Path) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", path.read_text(), flags=re.DOTALL)
+
+
+def test_the_demo_s_workload_in_the_docs_is_the_one_the_demo_writes(tmp_path: Path) -> None:
+    from spark_driver.demo import GAMES, workload
+
+    distinct, rows = workload(tmp_path / "messages.jsonl")
+    said = f"{rows:,} messages"
+    for page in (ROOT / "README.md", DOCS / "commands.md", DOCS / "spark-pipeline.md"):
+        assert f"twice over {said}" in page.read_text() or f"demo's {said}" in page.read_text()
+    assert f"({distinct:,} messages over {GAMES} games," in (DOCS / "commands.md").read_text()
+    assert (rows - distinct) / distinct == 0.2  # "20% duplicated"

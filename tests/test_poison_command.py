@@ -224,7 +224,7 @@ def test_the_depth_to_alert_on_and_the_help_that_names_every_operation(
     live = _run(connection_string, "list", queue.queue_name)
 
     assert json.loads(missing.stdout) == {
-        "queue": poison.queue_name, "depth": 0, "oldest_age_seconds": None
+        "queue": poison.queue_name, "depth": 0, "oldest_age_seconds": None, "hidden": 0
     }  # fmt: skip
     depth = json.loads(found.stdout)
     assert (depth["depth"], depth["oldest_age_seconds"] >= 1) == (2, True)
@@ -232,3 +232,17 @@ def test_the_depth_to_alert_on_and_the_help_that_names_every_operation(
         assert operation in helped.stdout
     assert live.returncode == 2
     assert "does not end in '-poison'" in live.stderr
+
+
+def test_the_shared_options_go_before_or_after_the_operation_s_name() -> None:
+    from handlers._failed._command import build_parser
+
+    parser = build_parser()
+    after = parser.parse_args(["list", "orders", "--any-name", "--hold", "90s"])
+    before = parser.parse_args(["--any-name", "--hold", "90s", "list", "orders"])
+    neither = parser.parse_args(["list", "orders-poison"])
+
+    assert (after.hold, after.any_name) == (before.hold, before.any_name) == (
+        timedelta(seconds=90), True
+    )  # fmt: skip
+    assert (neither.hold, neither.any_name) == (timedelta(minutes=5), False)

@@ -81,7 +81,9 @@ def test_a_sas_token_the_service_refuses_gives_its_request_id_status_and_code(
 ) -> None:
     token = _sas(connection_string, read=True, list=True)
     signature = token.split("sig=")[1].split("&")[0]
-    forged = token.replace(signature, "A" + signature[1:])  # signed by nobody
+    # Signed by nobody: a first character other than its own (one signature in
+    # 64 starts with "A", and replacing it by "A" left the token valid).
+    forged = token.replace(signature, ("B" if signature[0] == "A" else "A") + signature[1:])
     with (
         WireTableClient(
             _endpoint(connection_string), table.table_name, credential=AzureSasCredential(forged)

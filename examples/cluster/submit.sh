@@ -16,6 +16,12 @@
 #   SPARK_LOG_LEVEL   the driver JVM's log level from its first line: warn
 #                     (default), info, error; in cluster deploy mode the
 #                     driver runs elsewhere and the platform's logging applies
+#   ENVIRONMENT       a packed virtualenv with the package's dependencies
+#                     (examples/cluster/pack_env.sh makes one), shipped with
+#                     --archives; the executors then run its Python
+#                     (./environment/bin/python), and the driver $PYTHON, unless
+#                     PYSPARK_DRIVER_PYTHON says otherwise. For a cluster master
+#                     (yarn, k8s://, spark://, local-cluster), not local[N]
 #   EXECUTOR_ENV      names of environment variables to hand to the executors
 #                     as spark.executorEnv.NAME, e.g. STREAMSTONE_CONNECTION_STRING
 #                     for a local-cluster master against Azurite (its key is
@@ -39,12 +45,14 @@
 # The wheel is built with `python -m build` (pip install build), which needs
 # setuptools and wheel from the package index.
 #
-# The handlers' dependencies (azure-data-tables, azure-storage-queue, azure-identity,
-# msgpack, tenacity, aiohttp) must be on the executors too: install them into the
-# cluster's Python environment, or ship a packed environment with --archives.
+# The package's dependencies (azure-data-tables, azure-storage-queue, azure-identity,
+# msgpack, tenacity, aiohttp, typing_extensions) must be on the executors too:
+# installed into the cluster's Python, or packed by pack_env.sh and shipped
+# with ENVIRONMENT (see docs/cluster.md).
 #
 # Supported Spark versions: 3.5 and 4.x. Runtimes on Spark 3.5 include
-# Microsoft Fabric runtime 1.3 and Databricks Runtime 14.3 LTS and 15.4 LTS;
+# Microsoft Fabric runtime 1.3 and Databricks Runtime 15.4 LTS (14.3 LTS runs
+# Python 3.10, older than the package needs);
 # check your platform's runtime notes for the Spark version it runs.
 set -euo pipefail
 
@@ -59,7 +67,13 @@ if [[ -z $submit ]]; then
   submit=$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit"))')
 fi
 
-if [[ ${SPARK_MASTER:-yarn} == local* ]]; then
+archives=()
+if [[ -n ${ENVIRONMENT:-} ]]; then
+  # Each executor unpacks the archive into its working directory as ./environment.
+  archives=(--archives "$ENVIRONMENT#environment")
+  export PYSPARK_PYTHON=./environment/bin/python
+  export PYSPARK_DRIVER_PYTHON=${PYSPARK_DRIVER_PYTHON:-$("$python" -c 'import sys; print(sys.executable)')}
+elif [[ ${SPARK_MASTER:-yarn} == local* ]]; then
   export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$("$python" -c 'import sys; print(sys.executable)')}
 fi
 
@@ -96,6 +110,7 @@ exec "$submit" \
   --properties-file "$root/examples/cluster/spark-defaults.conf" \
   --driver-java-options "$logging" \
   --py-files "$shipped${PY_FILES:+,$PY_FILES}" \
+  "${archives[@]}" \
   "${conf[@]}" \
   "$root/examples/cluster/job.py" \
   run --table "${TABLE:-games}" --handler "${HANDLER:-shooting_range}" \

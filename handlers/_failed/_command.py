@@ -10,12 +10,14 @@ identity.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TextIO
+from xml.etree.ElementTree import ParseError
 
 from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueClient
@@ -25,7 +27,7 @@ from .._queues._account import QueueConfig, check_queue_name
 from .._queues._publisher import POISON_SUFFIX
 from ._select import PoisonFilter, PoisonSummary
 from ._sendback import purge_poison, queue_beside, send_back
-from ._shelf import ShelvedEntry, find_poison, poison_depth, read_poison
+from ._shelf import ShelvedEntry, find_poison, not_seen, poison_depth, read_poison
 
 __all__ = ["build_parser", "main"]
 
@@ -64,6 +66,15 @@ def _filters(command: argparse.ArgumentParser) -> None:
                        help="poisoned at least this long ago: 90s, 30m, 2h, 1d, 1w")  # fmt: skip
 
 
+def _shared(parser: argparse.ArgumentParser, hold: Any, any_name: Any) -> None:
+    parser.add_argument("--hold", type=_duration, default=hold, metavar="AGE",
+                        help="how long entries stay hidden from other readers while one "
+                        "operation reads them (default: 5m)")  # fmt: skip
+    parser.add_argument("--any-name", action="store_true", default=any_name,
+                        help=f"take a queue whose name does not end in {POISON_SUFFIX!r} "
+                        "(operations receive its messages: never a live queue)")  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's parser: one subcommand per operation."""
     parser = _Parser(
@@ -76,12 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit status: 0 done; 1 the storage service failed (run it again: it is safe); "
         "2 refused before anything was done.",
     )
-    parser.add_argument("--hold", type=_duration, default=timedelta(minutes=5), metavar="AGE",
-                        help="how long entries stay hidden from other readers while one "
-                        "operation reads them (default: 5m)")  # fmt: skip
-    parser.add_argument("--any-name", action="store_true",
-                        help=f"take a queue whose name does not end in {POISON_SUFFIX!r} "
-                        "(operations receive its messages: never a live queue)")  # fmt: skip
+    _shared(parser, timedelta(minutes=5), False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     listing = commands.add_parser("list", help="count entries by reason, key and age")
     shown = commands.add_parser("show", help="one entry whole: reason, receives, message")
@@ -89,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     purge = commands.add_parser("purge", help="delete entries for good, after a confirmation")
     depth = commands.add_parser("depth", help="how many entries, and the oldest one's age")
     for command in (listing, shown, back, purge, depth):
+        # Before the operation's name or after it: a subcommand's own default
+        # would otherwise undo what was given before it.
+        _shared(command, argparse.SUPPRESS, argparse.SUPPRESS)
         command.add_argument("queue", type=_queue, metavar="POISON_QUEUE",
                              help=f"the poison queue, such as orders{POISON_SUFFIX}")  # fmt: skip
     for command in (listing, shown, depth):
@@ -125,14 +134,15 @@ def _entry_data(shelved: ShelvedEntry) -> dict[str, Any]:
 
 
 def _list(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
-    summary = PoisonSummary.of(read_poison(poison, hold=args.hold))
+    entries = read_poison(poison, hold=args.hold)
+    summary, unseen = PoisonSummary.of(entries), not_seen(poison, len(entries))
     if args.json:
         json.dump({
             "queue": poison.queue_name, "total": summary.total, "by_reason": summary.by_reason,
             "by_key": summary.by_key, "by_age": summary.by_age,
             "oldest": summary.oldest and _entry_data(summary.oldest),
             "newest": summary.newest and _entry_data(summary.newest),
-            "undecodable": [_entry_data(s) for s in summary.undecodable],
+            "undecodable": [_entry_data(s) for s in summary.undecodable], "not_seen": unseen,
         }, out, indent=2)  # fmt: skip
         out.write("\n")
         return 0
@@ -149,13 +159,17 @@ def _list(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
     if summary.undecodable:
         out.write("do not read (left alone; `show` gives each whole):\n")
         out.writelines(f"  {s.id}  {s.error}\n" for s in summary.undecodable)
+    _unseen(poison, len(entries), unseen, out)
     return 0
 
 
 def _show(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
     found = find_poison(poison, args.id, hold=args.hold)
     if not found:
-        print(f"streamstone-poison: no entry {args.id!r} in {poison.queue_name}", file=sys.stderr)
+        unseen = not_seen(poison, 0)
+        held = f" ({unseen} entries held by another reader were not seen)" if unseen else ""
+        print(f"streamstone-poison: no entry {args.id!r} in {poison.queue_name}{held}",
+              file=sys.stderr)  # fmt: skip
         return 2
     for shelved in found:
         data = _entry_data(shelved)
@@ -180,19 +194,27 @@ def _where(args: argparse.Namespace) -> PoisonFilter:
 
 def _send_back(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
     to = None if args.to is None else queue_beside(poison, args.to)
-    report = send_back(poison, _where(args), to=to, dry_run=args.dry_run, hold=args.hold)
-    verb = "would send" if report.dry_run else "sent"
-    for shelved, queue in report.sent:
+    verb = "would send" if args.dry_run else "sent"
+
+    def said(shelved: ShelvedEntry, queue: str) -> None:  # as it goes: a failure keeps them
         assert shelved.message is not None
         out.write(f"{verb} {shelved.message.id!r} (key {shelved.message.key!r}, type "
                   f"{shelved.message.type!r}) to {queue}\n")  # fmt: skip
+        out.flush()
+
+    report = send_back(poison, _where(args), to=to, dry_run=args.dry_run, hold=args.hold,
+                       on_sent=said)  # fmt: skip
     unread = sum(s.message is None for s in report.left)
-    out.write(f"{len(report.sent)} {verb}; {len(report.left)} left in {poison.queue_name}"
-              + (f" ({unread} do not read: see `list`)" if unread else "") + "\n")  # fmt: skip
+    gone = "would be deleted" if report.dry_run else "deleted"
+    copies = f", {len(report.copies)} copies of those {gone}" if report.copies else ""
+    out.write(f"{len(report.sent)} {verb}{copies}; {len(report.left)} left in "
+              f"{poison.queue_name}" + (f" ({unread} do not read: see `list`)" if unread else "")
+              + "\n")  # fmt: skip
     if report.not_deleted:
         out.write(f"{len(report.not_deleted)} sent but not deleted (their hold ran out): a "
                   "later send-back sends them again, as duplicates\n")  # fmt: skip
-    _hidden(poison, len(report.sent) + len(report.left), out)
+    seen = len(report.sent) + len(report.copies) + len(report.left)
+    _unseen(poison, seen, report.not_seen, out)
     return 0
 
 
@@ -206,6 +228,7 @@ def _purge(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
 
     report = purge_poison(poison, _where(args), confirm=confirm, hold=args.hold)
     out.write(f"{len(report.purged)} purged; {len(report.left)} left in {poison.queue_name}\n")
+    _unseen(poison, len(report.purged) + len(report.left), report.not_seen, out)
     return 0
 
 
@@ -213,21 +236,22 @@ def _depth(poison: QueueClient, args: argparse.Namespace, out: TextIO) -> int:
     found = poison_depth(poison)
     age = None if found.oldest_age is None else int(found.oldest_age.total_seconds())
     if args.json:
-        out.write(json.dumps({"queue": found.queue, "depth": found.depth,
-                              "oldest_age_seconds": age}) + "\n")  # fmt: skip
+        data = {"queue": found.queue, "depth": found.depth, "oldest_age_seconds": age,
+                "hidden": found.hidden}  # fmt: skip
+        out.write(json.dumps(data) + "\n")
     else:
-        out.write(f"{found.queue}: depth {found.depth}, oldest "
-                  + ("-" if age is None else f"{age} s old") + "\n")  # fmt: skip
+        hidden = "" if not found.hidden else f" ({found.hidden} held by a reader, not shown)"
+        out.write(f"{found.queue}: depth {found.depth}, oldest shown "
+                  + ("-" if age is None else f"{age} s old") + hidden + "\n")  # fmt: skip
     return 0
 
 
-def _hidden(poison: QueueClient, seen: int, out: TextIO) -> None:
+def _unseen(poison: QueueClient, seen: int, unseen: int, out: TextIO) -> None:
     """Say so when entries were out of sight (another reader's, or a stopped
     send-back's, still held): they show again when their hold runs out."""
-    count = poison.get_queue_properties().approximate_message_count or 0
-    if count > seen:
-        out.write(f"{poison.queue_name} counts {count} entries, {count - seen} not seen: "
-                  "held by another reader, or by a send-back that stopped; they show again "
+    if unseen:
+        out.write(f"{poison.queue_name} counts {seen + unseen} entries, {unseen} not seen: "
+                  "held by another reader, or by an operation that stopped; they show again "
                   "when that hold runs out (--hold)\n")  # fmt: skip
 
 
@@ -239,15 +263,24 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command; its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "to", None) and args.to.endswith(POISON_SUFFIX):
+        parser.error(f"--to {args.to!r} is a poison queue: it holds entries, not messages")
     if not (args.any_name or args.queue.endswith(POISON_SUFFIX)):
         parser.error(f"{args.queue!r} does not end in {POISON_SUFFIX!r}: is it a poison "
                      "queue? (--any-name takes it)")  # fmt: skip
+    # A reason or a text may hold anything, lone surrogates included: escaped, not fatal.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     try:
         poison = QueueConfig.from_env().service().get_queue_client(args.queue)
         return _OPERATIONS[args.command](poison, args, out or sys.stdout)
     except ValueError as exc:
         print(f"streamstone-poison: {exc}", file=sys.stderr)
         return 2
-    except AzureError as exc:
-        print(f"streamstone-poison: the storage service failed: {exc}", file=sys.stderr)
+    except (AzureError, ParseError) as exc:  # a cut answer's XML does not parse
+        # The SDK's text runs on with the request id and the answer's XML: its first line.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        print(f"streamstone-poison: the storage service failed: {first} (run it again: it is "
+              "safe)", file=sys.stderr)  # fmt: skip
         return 1

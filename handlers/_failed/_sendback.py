@@ -24,15 +24,18 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 from .._messages._envelope import encode_envelope, read_queue_text
+from .._queues._poison import NEVER
+from .._queues._publisher import POISON_SUFFIX
 from ._select import PoisonFilter
-from ._shelf import ShelvedEntry, held
+from ._shelf import ShelvedEntry, held, not_seen
 
 __all__ = ["PurgeReport", "SendBackReport", "purge_poison", "queue_beside", "send_back"]
 
 _log = logging.getLogger(__name__)
 
-#: How long a message sent back lives once due, as any message sent without a limit.
-_LIFE = 7 * 24 * 3600
+#: The longest a queue message may be hidden: a message due later is sent
+#: hidden this long, and a consumer hides it again until its due time.
+_MAX_HIDDEN = 7 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,12 @@ class SendBackReport:
     left: tuple[ShelvedEntry, ...]
     dry_run: bool
     not_deleted: tuple[ShelvedEntry, ...] = ()
+    #: Entries of a message another entry sent (entries are at least once):
+    #: deleted, not sent again.
+    copies: tuple[ShelvedEntry, ...] = ()
+    #: Entries the queue counted that this send-back did not see: another
+    #: reader (or a stopped send-back) holds them; they show again after its hold.
+    not_seen: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,8 @@ class PurgeReport:
 
     purged: tuple[ShelvedEntry, ...]
     left: tuple[ShelvedEntry, ...]
+    #: As :attr:`SendBackReport.not_seen`.
+    not_seen: int = 0
 
 
 def _text(shelved: ShelvedEntry) -> str:
@@ -114,6 +125,7 @@ def send_back(
     to: QueueClient | None = None,
     dry_run: bool = False,
     hold: timedelta = timedelta(minutes=5),
+    on_sent: Callable[[ShelvedEntry, str], None] | None = None,
 ) -> SendBackReport:
     """Send the matching entries of ``poison`` back to the queue each came
     from (or ``to``), then delete each; ``dry_run`` sends and deletes
@@ -121,14 +133,22 @@ def send_back(
     should outlast the whole send-back: an entry still to send when it runs
     out may be taken by another reader, and one sent then is not deleted
     (reported: sent again later, a duplicate). Copies of one message (entries
-    are at least once) are sent once and all deleted. A fault of the Queue
-    service stops it with the error: what was sent is deleted or stays as a
-    copy, so running it again is safe."""
+    are at least once) are sent once and all deleted. ``on_sent(entry,
+    queue)`` hears of each as it is sent. A fault of the Queue service stops
+    it with the error: what was sent is deleted or stays as a copy, so
+    running it again is safe. ``to`` may not be a poison queue."""
+    if to is not None and to.queue_name.endswith(POISON_SUFFIX):
+        raise ValueError(
+            f"cannot send back to {to.queue_name!r}: a poison queue holds entries, not "
+            "messages (what went there could not be sent back again)"
+        )
     now, where = datetime.now(UTC), where or PoisonFilter()
     sent: list[tuple[ShelvedEntry, str]] = []
     left: list[ShelvedEntry] = []
     not_deleted: list[ShelvedEntry] = []
+    copies: list[ShelvedEntry] = []
     with held(poison, hold) as taken:
+        unseen = not_seen(poison, len(taken))  # counted before any delete
         chosen = []
         for received, shelved in taken:
             if shelved.error is not None:
@@ -139,24 +159,27 @@ def send_back(
             else:
                 chosen.append((received, shelved))
         targets = _targets(poison, [s for _, s in chosen], to)
-        done: set[tuple[str, str]] = set()
+        # A message is its key and id (the runtime's duplicate check is per key).
+        done: set[tuple[str, str, str]] = set()
         for received, shelved in chosen:
             assert shelved.entry is not None
             assert shelved.message is not None
             target = targets[shelved.entry.queue]
-            sent.append((shelved, target.queue_name))
+            one = (target.queue_name, shelved.message.key, shelved.message.id)
+            if one in done:
+                copies.append(shelved)
+            else:
+                done.add(one)
+                sent.append((shelved, target.queue_name))
+                if not dry_run:
+                    _send(target, shelved, now)
+                if on_sent is not None:  # as it goes: a send-back that fails later says what went
+                    on_sent(shelved, target.queue_name)
+                    _log.info("poisoned message %r of key %r sent back to %s",
+                              shelved.message.id, shelved.message.key,
+                              target.queue_name)  # fmt: skip
             if dry_run:
                 continue
-            copy = (target.queue_name, shelved.message.id)
-            if copy not in done:
-                due = shelved.message.due
-                delay = 0 if due is None else max(0, math.ceil((due - now).total_seconds()))
-                target.send_message(
-                    _text(shelved),
-                    visibility_timeout=delay or None,
-                    time_to_live=delay + _LIFE if delay else None,
-                )
-                done.add(copy)
             if _delete(poison, received):  # only once it is sent
                 taken.remove((received, shelved))
             else:
@@ -164,9 +187,18 @@ def send_back(
                 _log.warning("poison entry %s of message %r sent back but not deleted (its hold "
                              "ran out): a later send-back sends it again, a duplicate",
                              shelved.id, shelved.message.id)  # fmt: skip
-            _log.info("poisoned message %r sent back to %s", shelved.message.id,
-                      target.queue_name)  # fmt: skip
-    return SendBackReport(tuple(sent), tuple(left), dry_run, tuple(not_deleted))
+    return SendBackReport(tuple(sent), tuple(left), dry_run, tuple(not_deleted), tuple(copies),
+                          unseen)  # fmt: skip
+
+
+def _send(target: QueueClient, shelved: ShelvedEntry, now: datetime) -> None:
+    """The original text, hidden until due (at most a week: a consumer hides
+    it again until then), never expiring: it waited once already."""
+    assert shelved.message is not None
+    due = shelved.message.due
+    delay = 0 if due is None else max(0, math.ceil((due - now).total_seconds()))
+    target.send_message(_text(shelved), visibility_timeout=min(delay, _MAX_HIDDEN) or None,
+                        time_to_live=NEVER)  # fmt: skip
 
 
 def purge_poison(
@@ -183,10 +215,11 @@ def purge_poison(
     id (see :class:`PoisonFilter`)."""
     now, where = datetime.now(UTC), where or PoisonFilter()
     with held(poison, hold) as taken:
+        unseen = not_seen(poison, len(taken))
         chosen = [(r, s) for r, s in taken if where.matches(s, now)]
         left = tuple(s for _, s in taken if not where.matches(s, now))
         if confirm is not None and not confirm([s for _, s in chosen]):
-            return PurgeReport((), tuple(s for _, s in taken))
+            return PurgeReport((), tuple(s for _, s in taken), unseen)
         purged = []
         for received, shelved in chosen:
             if _delete(poison, received):
@@ -195,4 +228,4 @@ def purge_poison(
                 _log.info("poison entry %s purged from %s", shelved.id, poison.queue_name)
             else:  # its hold ran out: another reader has it now
                 left += (shelved,)
-    return PurgeReport(tuple(purged), left)
+    return PurgeReport(tuple(purged), left, unseen)

@@ -11,13 +11,16 @@ the poison queue's own message (not the entry's ``dequeue_count``).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from xml.etree.ElementTree import ParseError
 
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 from .._messages._envelope import read_queue_text
@@ -25,7 +28,11 @@ from .._messages._message import Message
 from .._queues._account import check_queue_name
 from .._queues._poison import PoisonEntry
 
-__all__ = ["PoisonDepth", "ShelvedEntry", "find_poison", "held", "poison_depth", "read_poison"]
+__all__ = [
+    "PoisonDepth", "ShelvedEntry", "find_poison", "held", "not_seen", "poison_depth", "read_poison",
+]  # fmt: skip
+
+_log = logging.getLogger(__name__)
 
 #: A page as the service gives it at most.
 _PAGE = 32
@@ -75,22 +82,32 @@ def held(poison: QueueClient, hold: timedelta) -> Iterator[list[tuple[Any, Shelv
     """Every entry of ``poison`` received and held for ``hold``, with its queue
     message (to delete it); on leaving, those still held are made visible
     again (the caller removes from the list those it deleted). A poison
-    queue that does not exist holds nothing."""
+    queue that does not exist holds nothing. The reading ends when the hold
+    runs out, complete or not (logged): past it, the first entries show
+    again and would be received over and over."""
     seconds = max(1, int(hold.total_seconds()))
+    ends = time.monotonic() + seconds
     taken: list[tuple[Any, ShelvedEntry]] = []
-    seen: set[str] = set()
+    #: Each entry's id, and when its hold runs out (it shows again by itself).
+    shows: dict[str, float] = {}
     try:
         while page := _page(poison, seconds):
-            for received in page:
-                if received.id not in seen:  # hold too short: it came again
-                    seen.add(received.id)
-                    taken.append((received, _shelved(received)))
+            asked = time.monotonic()
+            new = [received for received in page if received.id not in shows]
+            for received in new:
+                shows[received.id] = asked + seconds
+                taken.append((received, _shelved(received)))
+            if not new or time.monotonic() >= ends:
+                _log.warning("read %d entries of %s before the hold of %d s ran out: those "
+                             "not read show again after it (give a longer hold)", len(taken),
+                             poison.queue_name, seconds)  # fmt: skip
+                break
         yield taken
     finally:
         for received, _ in taken:
-            # One received again after ``hold`` has a newer receipt: it shows by itself.
-            with suppress(ResourceNotFoundError, HttpResponseError):
-                poison.update_message(received, visibility_timeout=0)
+            if time.monotonic() < shows[received.id]:  # else it shows already
+                with suppress(AzureError, ParseError):  # its hold ran out meanwhile
+                    poison.update_message(received, visibility_timeout=0)
 
 
 def _page(poison: QueueClient, seconds: int) -> list[Any]:
@@ -123,12 +140,15 @@ def find_poison(
 @dataclass(frozen=True, slots=True)
 class PoisonDepth:
     """What to alert on: how many entries a poison queue holds (as the
-    service counts them, entries a reader holds included) and how long the
-    oldest one it shows has waited (``None``: it shows none)."""
+    service counts them, entries a reader holds included), how long the
+    oldest one it shows has waited (``None``: it shows none), and how many
+    it does not show because a reader holds them (``None``: more than a
+    peek can tell; while some are held, the oldest may be among them)."""
 
     queue: str
     depth: int
     oldest_age: timedelta | None
+    hidden: int | None = 0
 
 
 def poison_depth(poison: QueueClient, *, now: datetime | None = None) -> PoisonDepth:
@@ -142,4 +162,14 @@ def poison_depth(poison: QueueClient, *, now: datetime | None = None) -> PoisonD
         return PoisonDepth(poison.queue_name, 0, None)
     first = min((m.inserted_on for m in shown if m.inserted_on), default=None)
     age = None if first is None else max(timedelta(0), (now or datetime.now(UTC)) - first)
-    return PoisonDepth(poison.queue_name, depth, age)
+    hidden = max(0, depth - len(shown)) if len(shown) < _PAGE else None
+    return PoisonDepth(poison.queue_name, depth, age, hidden)
+
+
+def not_seen(poison: QueueClient, seen: int) -> int:
+    """How many entries the queue counts beyond the ``seen`` ones a reading
+    took: held by another reader (or a stopped one) until its hold runs out."""
+    try:
+        return max(0, (poison.get_queue_properties().approximate_message_count or 0) - seen)
+    except ResourceNotFoundError:
+        return 0

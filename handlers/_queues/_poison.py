@@ -24,10 +24,13 @@ from azure.storage.queue import QueueClient
 
 from ._publisher import MAX_QUEUE_MESSAGE_BYTES
 
-__all__ = ["PoisonEntry", "PoisonQueue", "poison_queue_of"]
+__all__ = ["NEVER", "PoisonEntry", "PoisonQueue", "poison_queue_of"]
 
 _log = logging.getLogger(__name__)
 
+#: A queue message's time to live that never runs out (the service's -1): a
+#: poison entry waits for a person however long it takes, never expires unseen.
+NEVER: Final = -1
 #: An entry's size when a service refuses the full one as too large (413):
 #: it counts otherwise (the XML around the text, say); this much always goes.
 _REFUSED_LIMIT: Final = 8 * 1024
@@ -118,14 +121,14 @@ class PoisonEntry:
         A service that refuses it as too large (413) gets it cut to 8 KiB: a
         message's size never keeps it from its shelf."""
         try:
-            queue.send_message(self.encode(), retry_total=0)
+            queue.send_message(self.encode(), time_to_live=NEVER, retry_total=0)
         except HttpResponseError as exc:
             if exc.status_code != 413:
                 raise
             _log.warning("poison entry of queue message %r refused as too large, sent "
                          "cut to %d characters: %s", self.queue_message_id, _REFUSED_LIMIT,
                          exc.message)  # fmt: skip
-            queue.send_message(self.encode(_REFUSED_LIMIT), retry_total=0)
+            queue.send_message(self.encode(_REFUSED_LIMIT), time_to_live=NEVER, retry_total=0)
 
 
 def poison_queue_of(queue: QueueClient) -> QueueClient:

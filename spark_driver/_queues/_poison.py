@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, Final
 
-from azure.core.exceptions import ResourceNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     IntegerType,
@@ -83,15 +82,9 @@ def read_poison(
 
     It runs on the driver (a poison queue holds few messages), through
     ``handlers.read_poison``: each entry is received hidden for ``hold``,
-    and made visible again once all are read. The account is the
-    environment's, as the job's (``STREAMSTONE_CONNECTION_STRING``...)."""
+    and made visible again once all are read. A poison queue not made yet
+    (it is made when a first message is poisoned) gives no rows. The account
+    is the environment's, as the job's (``STREAMSTONE_CONNECTION_STRING``...)."""
     check_queue_name(poison_queue, "poison queue")
-    client = queue_service().get_queue_client(poison_queue)
-    try:
-        entries = read_shelf(client, hold=hold)
-    except ResourceNotFoundError:
-        raise ValueError(
-            f"there is no queue {poison_queue!r} in the account (a poison queue is made "
-            "when its first message is poisoned)"
-        ) from None
+    entries = read_shelf(queue_service().get_queue_client(poison_queue), hold=hold)
     return spark.createDataFrame([_row(s) for s in entries], POISON_SCHEMA)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from typing import Any, Literal
 
@@ -60,7 +61,7 @@ def table_client(
             pool = max(32, 2 * concurrency)
             client = config.table_client(raw_request_hook=request_count, connection_pool_size=pool)
             # Which build a worker runs, for an operator reading executor logs.
-            _log.info("worker %d: %s table client for %r (spark_driver at %s)",
-                      os.getpid(), transport, table, __file__)  # fmt: skip
+            _log.info("worker %d: %s table client for %r (spark_driver at %s, Python at %s)",
+                      os.getpid(), transport, table, __file__, sys.prefix)  # fmt: skip
             _clients[config] = client
         return client

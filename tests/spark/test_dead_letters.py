@@ -167,6 +167,13 @@ def test_a_queue_message_s_dead_letter_is_fed_back_with_the_id_the_job_gave_it()
         None, None, "a queue message whose body holds bytes, which a JSON line cannot carry: "
         "send it back to its queue instead",
     )  # fmt: skip
+    # A plain envelope with a field of its own named message_id is still the
+    # message the job read: the line carries the envelope's id, not that field.
+    plain = json.dumps({"id": "x-1", "key": "k", "type": "Refund", "body": {"n": 1},
+                        "message_id": "other"})  # fmt: skip
+    fed_plain = fed_back({**letter, "message_id": "x-1", "key": "k", "raw": plain})
+    assert fed_plain[0] == "x-1"
+    assert json.loads(fed_plain[4])["message_id"] == "x-1"
 
 
 def _micros(at: datetime | None) -> int:
@@ -218,3 +225,5 @@ def test_a_poison_queue_reads_as_a_dataframe_of_exact_rows(
     ]
     # Left in the queue, as it was.
     assert sorted(m.content for m in poison.peek_messages(max_messages=32)) == sorted(peeked)
+    # A poison queue not made yet (no message poisoned so far) holds no entry.
+    assert read_poison(spark, f"{inbox.queue_name}-none-poison").count() == 0

@@ -300,11 +300,16 @@ def test_the_command_on_a_queue_says_the_queue_redelivers_and_when_it_poisons(
     send(inbox, [valid_text(Message("g-1", "g", "FireAt", {"aim": 3}))])  # no position
     client(table_name)
     args = ["run", "--input", f"queue:{inbox.queue_name}", "--output", str(tmp_path / "out"),
-            "--checkpoint", str(tmp_path / "cp"), "--table", table_name]  # fmt: skip
+            "--checkpoint", str(tmp_path / "cp"), "--table", table_name,
+            "--max-dequeue-count", "3"]  # fmt: skip
     with pytest.raises(SystemExit) as refused:  # first, a name with no room for "-poison"
         main([*args[:2], f"queue:{'q' * 57}", *args[3:]])
     assert refused.value.code == 2
     assert "has 57 characters: its poison queue" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main([*args[:-1], "0"])
+    assert refused.value.code == 2
+    assert "--max-dequeue-count must be between 1 and any, got 0" in capsys.readouterr().err
 
     done = subprocess.run(
         [sys.executable, "-m", "spark_driver", *args], env=_command(connection_string),
@@ -315,5 +320,5 @@ def test_the_command_on_a_queue_says_the_queue_redelivers_and_when_it_poisons(
     assert (
         f"  the one abandoned or faulted message (exit status 3; queue {inbox.queue_name!r} "
         "delivers each again by itself after its backoff, and poisons one still failing on "
-        "receive 5: fix the handler before then):"
+        "receive 3: fix the handler before then):"
     ) in done.stdout.splitlines()
