@@ -13,7 +13,12 @@ of as many rows as a queue micro-batch takes:
   with as many key threads as the job has (``local[2]``'s 2 task slots x the
   job's 8 keys in flight: ``workers=16``, its defaults otherwise) draining the
   same queued messages into a fresh table (outputs to an ``InMemoryPublisher``,
-  where the job writes files).
+  where the job writes files);
+- ``spark.queue_source.shallow``: the two sources again on the first
+  ``SHALLOW`` of those messages, a quarter as deep a queue, since Azurite's
+  Queue service takes longer for each request the deeper a queue is
+  (``bench_azurite_queue.py``): the ratio the code gives with less of the
+  emulator's depth in it.
 
 Filling the queue is not timed, nor a first run of each source over 100
 messages (the JVM's warm-up would fall on whichever runs first). Runs
@@ -45,6 +50,8 @@ from streamstone_py import WireTableClient
 PER_BATCH = 1000
 #: The consumer's threads: as many keys in flight as the job's (2 slots x 8).
 CONSUMER_WORKERS = 16
+#: The shallow pair's messages: the quick run's size, a quarter of the full one.
+SHALLOW = 1200
 
 
 def workload(games: int, per_game: int) -> tuple[int, list[Message]]:
@@ -110,6 +117,8 @@ def main() -> int:
         os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
         root = Path(work)
         write_files(root / "inbox", messages)
+        write_files(root / "shallow", messages[:SHALLOW])
+        shallow_distinct = len({m.id for m in messages[:SHALLOW]})
         tables = TableServiceClient.from_connection_string(connection_string)
         queues = QueueServiceClient.from_connection_string(connection_string)
         spark = session("local[2]", "bench", **{"spark.ui.showConsoleProgress": "false"})
@@ -117,6 +126,8 @@ def main() -> int:
         from_queue: list[float] = []
         from_files: list[float] = []
         from_consumer: list[float] = []
+        shallow_queue: list[float] = []
+        shallow_files: list[float] = []
 
         def settings() -> JobSettings:
             table = f"bench{uuid.uuid4().hex[:10]}"
@@ -165,6 +176,15 @@ def main() -> int:
                 got = processed(summaries)
                 check(got == (distinct, len(messages) - distinct), f"file source: {got}")
                 from_consumer.append(consume(queues, tables, connection_string, texts, distinct))
+                if len(messages) > SHALLOW:
+                    elapsed, summaries = from_queue_source(texts[:SHALLOW])
+                    shallow_queue.append(SHALLOW / elapsed)
+                    got = processed(summaries)
+                    check(got[0] == shallow_distinct, f"shallow queue: {got}")
+                    elapsed, summaries = from_file_source(root / "shallow")
+                    shallow_files.append(SHALLOW / elapsed)
+                    got = processed(summaries)
+                    check(got == (shallow_distinct, SHALLOW - shallow_distinct), f"{got}")
         finally:
             spark.stop()
     params = {"messages": len(messages), "distinct": distinct, "games": games,
@@ -178,6 +198,12 @@ def main() -> int:
         f"a QueueConsumer, workers={CONSUMER_WORKERS}, on the same queued messages",
         from_consumer, params,
     )  # fmt: skip
+    if shallow_queue:
+        emit(
+            "spark.queue_source.shallow", "messages/s", "higher", shallow_queue,
+            "the file source on the same messages", shallow_files,
+            {**params, "messages": SHALLOW, "distinct": shallow_distinct},
+        )  # fmt: skip
     return 0
 
 
