@@ -8,6 +8,7 @@ while deletes are throttled and one's answer is lost."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -116,3 +117,43 @@ def test_a_partitions_messages_settle_in_flight_exactly_through_throttles_and_a_
     assert {text: (e.reason, e.dequeue_count) for text, e in entries.items()} == dict.fromkeys(
         texts[35:], ("failed on receive 5 of 5: boom", 5)
     )
+
+
+@needs_pyspark_4
+def test_a_message_received_again_within_one_fan_out_is_held_once_on_its_live_receipt(
+    connection_string: str, queues: Callable[[str], QueueClient], queue_proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from spark_driver._queues._sink import settle_partition
+    from spark_driver._queues._source import QueueOptions, QueueStreamReader
+
+    inbox = queues("inbox")
+    texts = [b64(add(n, f"k-{n % 7}", n)) for n in range(40)]
+    filled(inbox, texts)
+    slow = {"receives": 0, "on": True}
+
+    def plan(request: Request) -> Action:
+        receive = request.method == "GET" and b"/messages" in request.head.split(b"\r\n")[0]
+        if receive and slow["on"]:
+            slow["receives"] += 1
+            if slow["receives"] > 1:  # the first page's 1 s locks run out meanwhile
+                time.sleep(1.5)
+        return "pass"
+
+    lost_answers(connection_string, queue_proxy, monkeypatch, plan)
+    reader = QueueStreamReader(QueueOptions(inbox.queue_name, max_messages=100,
+                                            visibility_timeout=1))  # fmt: skip
+    start = reader.initialOffset()
+    rows = [row for part in reader.partitions(start, reader.latestOffset()) for row in part.value]
+    slow["on"] = False
+
+    assert slow["receives"] > 1
+    assert sorted(row[0] for row in rows) == sorted(f"m-{n}" for n in range(40))  # each once
+    # Each held on the receipt the service honours: all 40 deleted, none lost.
+    receipts = [
+        {"receipt": json.dumps({"id": row[9], "popReceipt": row[10], "dequeueCount": row[8],
+                                "text": row[11]}), "reason": None, "cause": None}
+        for row in rows
+    ]  # fmt: skip
+    assert list(settle_partition(receipts, inbox.queue_name, 5, 0)) == [(40, 0, 0, 0)]
+    assert drain(inbox) == []
