@@ -20,7 +20,7 @@ from azure.storage.queue import QueueClient, QueueMessage
 
 from ._config import queue_call
 
-__all__ = ["DELETERS", "PAGE", "RECEIVERS", "each", "receive"]
+__all__ = ["DELETERS", "PAGE", "RECEIVERS", "each", "once", "receive"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -81,7 +81,21 @@ def receive(
     with ThreadPoolExecutor(receivers, "queue-receive") as pool:
         for future in [pool.submit(receiver) for _ in range(receivers)]:
             future.result()  # a failure that is not a fault: the batch fails, nothing deleted
-    return first + [message for order in sorted(pages) for message in pages[order]]
+    return once(first + [message for order in sorted(pages) for message in pages[order]])
+
+
+def once(received: list[QueueMessage]) -> list[QueueMessage]:
+    """Each message once, in its first place, as its latest receive (the
+    highest dequeue count) took it. A lock shorter than the receive (a slow
+    or throttled service) lets another page take a message again: only that
+    receive's pop receipt is still honoured, so a batch holding both would
+    process the message twice and settle it on a dead receipt."""
+    latest: dict[str, QueueMessage] = {}  # a key stays where it was first set
+    for message in received:
+        kept = latest.get(message.id)
+        if kept is None or (message.dequeue_count or 0) > (kept.dequeue_count or 0):
+            latest[message.id] = message
+    return list(latest.values())
 
 
 def each(items: Iterable[T], settle: Callable[[T], R], threads: int = DELETERS) -> list[R]:

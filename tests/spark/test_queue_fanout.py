@@ -8,9 +8,11 @@ while deletes are throttled and one's answer is lost."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from azure.storage.queue import QueueClient
@@ -26,10 +28,25 @@ from tests.test_queue_service_faults import queue_proxy
 __all__ = ["queue_proxy", "queues"]  # the fixtures
 
 
+def is_receive(request: Request) -> bool:
+    return request.method == "GET" and b"/messages" in request.head.split(b"\r\n")[0]
+
+
 def filled(queue: QueueClient, texts: list[str]) -> None:
     queue.create_queue()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(queue.send_message, texts))
+
+
+def first_batch(inbox: QueueClient, visibility_timeout: int) -> list[Any]:
+    """The rows of a reader's first batch of at most 100 messages."""
+    from spark_driver._queues._source import QueueOptions, QueueStreamReader
+
+    options = QueueOptions(inbox.queue_name, max_messages=100,
+                           visibility_timeout=visibility_timeout)  # fmt: skip
+    reader = QueueStreamReader(options)
+    start = reader.initialOffset()
+    return [row for part in reader.partitions(start, reader.latestOffset()) for row in part.value]
 
 
 @needs_pyspark_4
@@ -46,8 +63,7 @@ def test_receives_in_flight_take_each_message_once_in_batches_of_at_most_max_mes
     throttled = {"left": 3}
 
     def plan(request: Request) -> Action:
-        receive = request.method == "GET" and b"/messages" in request.head.split(b"\r\n")[0]
-        if receive and throttled["left"]:
+        if is_receive(request) and throttled["left"]:
             throttled["left"] -= 1
             return "throttle"  # a fault in the middle: waited out, costing no message
         return "pass"
@@ -116,3 +132,65 @@ def test_a_partitions_messages_settle_in_flight_exactly_through_throttles_and_a_
     assert {text: (e.reason, e.dequeue_count) for text, e in entries.items()} == dict.fromkeys(
         texts[35:], ("failed on receive 5 of 5: boom", 5)
     )
+
+
+@needs_pyspark_4
+def test_a_message_received_again_within_one_fan_out_is_held_once_on_its_live_receipt(
+    connection_string: str, queues: Callable[[str], QueueClient], queue_proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from spark_driver._queues._sink import settle_partition
+
+    inbox = queues("inbox")
+    texts = [b64(add(n, f"k-{n % 7}", n)) for n in range(40)]
+    filled(inbox, texts)
+    slow = {"receives": 0, "on": True}
+
+    def plan(request: Request) -> Action:
+        if is_receive(request) and slow["on"]:
+            slow["receives"] += 1
+            if slow["receives"] > 1:  # the first page's 1 s locks run out meanwhile
+                time.sleep(1.5)
+        return "pass"
+
+    lost_answers(connection_string, queue_proxy, monkeypatch, plan)
+    rows = first_batch(inbox, visibility_timeout=1)
+    slow["on"] = False
+
+    assert slow["receives"] > 1
+    assert sorted(row[0] for row in rows) == sorted(f"m-{n}" for n in range(40))  # each once
+    # Each held on the receipt the service honours: all 40 deleted, none lost.
+    receipts = [
+        {"receipt": json.dumps({"id": row[9], "popReceipt": row[10], "dequeueCount": row[8],
+                                "text": row[11]}), "reason": None, "cause": None}
+        for row in rows
+    ]  # fmt: skip
+    assert list(settle_partition(receipts, inbox.queue_name, 5, 0)) == [(40, 0, 0, 0)]
+    assert drain(inbox) == []
+
+
+@needs_pyspark_4
+def test_a_receive_answer_cut_amid_its_headers_in_the_fan_out_is_waited_out(
+    connection_string: str, queues: Callable[[str], QueueClient], queue_proxy: Proxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    inbox = queues("inbox")
+    filled(inbox, [b64(add(n, f"k-{n % 7}", n)) for n in range(150)])
+    receives = {"n": 0}
+
+    def plan(request: Request) -> Action:
+        if is_receive(request):
+            receives["n"] += 1
+            if receives["n"] == 3:  # applied, its answer's body never comes: no XML to read
+                return "behead"
+        return "pass"
+
+    lost_answers(connection_string, queue_proxy, monkeypatch, plan)
+    rows = first_batch(inbox, visibility_timeout=60)
+
+    # The cut page's messages are hidden until their lock runs out; the batch
+    # is filled from the others, each once, and nothing is deleted.
+    assert len({row[0] for row in rows}) == len(rows) == 100
+    assert {row[0] for row in rows} < {f"m-{n}" for n in range(150)}
+    assert [a for r, a in queue_proxy.seen if r.method == "GET"].count("behead") == 1
+    assert inbox.get_queue_properties().approximate_message_count == 150
