@@ -66,6 +66,12 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
             "come from that run."
             for r in result.get("reruns", [])
         ),
+        *(
+            f" The run stopped at a failed script and was resumed on "
+            f"{r['started'][:16].replace('T', ' ')} UTC (`run_all.py --resume`) with "
+            f"{', '.join(f'`{s}`' for s in r['scripts'])}, against a fresh Azurite."
+            for r in result.get("resumed", [])
+        ),
         "",
         "| machine | |",
         "|---|---|",
