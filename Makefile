@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 NODE_MODULES := azurite/node_modules/.package-lock.json
 
-.PHONY: setup wheel azurite demo demo-outbox demo-queue test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick mutate clean
+.PHONY: setup wheel azurite demo demo-outbox demo-queue demo-tokens test test-spark35 test-cluster lint typecheck unit chaos bench bench-quick mutate clean
 
 setup: $(VENV)/.installed $(NODE_MODULES)
 
@@ -33,6 +33,11 @@ demo: setup
 
 demo-outbox: setup
 	$(PY) -m azurite.launcher -- $(PY) -m spark_driver demo --strategy outbox
+
+# Transfers between accounts, every credit delivered again after retention, without
+# tokens and with them: the money created out of nothing (none with tokens).
+demo-tokens: setup
+	$(PY) -m azurite.launcher -- $(PY) examples/tokens_demo.py
 
 # The workload sent to a queue, a Spark job with a continuous trigger killed halfway
 # and started again, then the exactly-once check (PySpark 4: the queue source).

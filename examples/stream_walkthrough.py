@@ -7,11 +7,10 @@ prints, or beside any account with ``STREAMSTONE_CONNECTION_STRING=...``.
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 
-from azure.data.tables import TableServiceClient
+from _account import example_table
 
 from streamstone_py import (
     ConcurrencyConflictError,
@@ -23,12 +22,9 @@ from streamstone_py import (
 
 
 def main() -> int:
-    connection_string = os.environ.get("STREAMSTONE_CONNECTION_STRING")
-    if not connection_string:
-        print("set STREAMSTONE_CONNECTION_STRING (make azurite prints the line)", file=sys.stderr)
+    table = example_table("walkthrough")
+    if table is None:
         return 2
-    service = TableServiceClient.from_connection_string(connection_string)
-    table = service.create_table_if_not_exists("walkthrough")
     partition = Partition(table, f"order-{uuid.uuid4().hex[:8]}")
 
     print(f"1. provision stream {partition.key!r} in table {partition.table_name!r}")

@@ -16,6 +16,7 @@ from ._messages._message import Message
 from ._store import StoredVersion
 
 __all__ = [
+    "CONSUMED",
     "Dispatch",
     "Found",
     "KeyState",
@@ -43,6 +44,9 @@ Status = Literal["completed", "duplicate", "abandoned", "faulted"]
 #: Why a message ended as it did, as data (a status says only what became of it):
 #:
 #: - ``completed``, ``duplicate``: as the status;
+#: - ``consumed`` (status ``duplicate``): its token is gone, so a copy of it was
+#:   processed before, and retention has removed that version since: dropped,
+#:   its outputs not sent again (they went out with the original);
 #: - ``refused``: it can never be handled, for what it is (an unknown type, an
 #:   id the table cannot store, a late duplicate retention forgot, an output
 #:   id another message of the key published with other content): shelve it
@@ -52,7 +56,14 @@ Status = Literal["completed", "duplicate", "abandoned", "faulted"]
 #: - ``stopped``: not tried, because an earlier message of its key failed;
 #: - ``held``: not tried, because an earlier message of its key is in doubt;
 #: - ``faulted``: storage or publishing failed: in doubt.
-OutcomeKind = Literal["completed", "duplicate", "refused", "failed", "stopped", "held", "faulted"]
+OutcomeKind = Literal[
+    "completed", "duplicate", "consumed", "refused", "failed", "stopped", "held", "faulted"
+]
+#: Why a ``consumed`` message was dropped.
+CONSUMED: Final = (
+    "its token is gone: a copy of it was processed before, and its version has been "
+    "removed by retention since; dropped, its outputs not sent again"
+)
 _KIND_OF: Final[dict[str, OutcomeKind]] = {
     "completed": "completed", "duplicate": "duplicate", "abandoned": "failed",
     "faulted": "faulted",
@@ -156,6 +167,9 @@ class Step:
     dispatch: bool = False  # outbox: outputs to mark dispatched after publishing
     stops_key: bool = False  # abandoned by a failing handler, or after one
     kind: OutcomeKind | None = None  # an abandoned step's (None: ``failed``)
+    #: Its outputs may carry tokens: False for a duplicate whose original was
+    #: stored without (tokens were off then), so that it re-sends what went out.
+    tokens: bool = True
 
 
 @dataclass(slots=True)
@@ -220,6 +234,10 @@ def outcome_of(step: Step, fault: BaseException | None) -> Outcome:
         )  # fmt: skip
     else:
         receive.complete()
-        outcome = Outcome(step.message, step.status, step.version, step.outputs)
+        reason = CONSUMED if step.kind == "consumed" else None
+        outcome = Outcome(
+            step.message, step.status, step.version, step.outputs, reason,
+            kind=step.kind or _KIND_OF[step.status],
+        )  # fmt: skip
     assert receive.state in (ReceiveState.COMPLETED, ReceiveState.ABANDONED, ReceiveState.FAULTED)
     return outcome

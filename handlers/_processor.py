@@ -27,6 +27,7 @@ strategies do differently, ``_retention`` removes old versions.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -39,6 +40,8 @@ from streamstone_py import Partition, RetryPolicy, StreamstoneError
 
 from ._batch._replay import Replayer
 from ._batch._strategy import strategy_of
+from ._batch._token_rows import TokenRows
+from ._batch._tokens import Tokens
 from ._batch._writing import store_batch
 from ._cache import HeaderCache
 from ._compression import Compression
@@ -67,6 +70,7 @@ from ._store import StateStore
 __all__ = ["Processor"]
 
 S = TypeVar("S")
+_log = logging.getLogger(__name__)
 
 
 class Processor(KeyReader[S]):
@@ -97,6 +101,10 @@ class Processor(KeyReader[S]):
     (when smaller); reads take both forms, whatever the setting.
     ``max_batch``: a :meth:`process_batch` of more messages is folded,
     written and published in consecutive chunks of at most this many.
+    ``tokens=True`` (state strategy; the handler names its ``types``): an
+    output of a type the handler takes is a message to one of its own keys in
+    this table, and carries a token that the receiver's write consumes, so a
+    copy of it is dropped however late it comes (see ``_batch/_tokens``).
 
     Threads may call :meth:`process_batch` at once if the publisher is thread-safe.
     """
@@ -117,6 +125,7 @@ class Processor(KeyReader[S]):
         cache: HeaderCache | None = None,
         compression: Compression = None,
         max_batch: int = 500,
+        tokens: bool = False,
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -130,6 +139,18 @@ class Processor(KeyReader[S]):
             raise ValueError(f"handler name {handler.name!r} must be an identifier")
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        if not isinstance(tokens, bool):
+            raise ValueError(f"tokens must be True or False, got {tokens!r}")
+        if tokens and (strategy != "state" or dispatch != "after_publish"):
+            raise ValueError(
+                "tokens=True needs strategy='state' and dispatch='after_publish', got "
+                f"strategy={strategy!r} and dispatch={dispatch!r}"
+            )
+        if tokens and handler.message_types is None:
+            raise ValueError(
+                f"tokens=True needs handler {handler.name!r} to name its types: an output of "
+                "a type it takes is what carries a token"
+            )
         self.max_batch = max_batch
         self.handler = handler
         self.publisher = publisher
@@ -142,6 +163,13 @@ class Processor(KeyReader[S]):
         self.stats = ProcessorStats()
         self._counting = threading.Lock()  # keys may be processed from several threads
         self._strategy = strategy_of(strategy, Replayer(handler, self.store), dispatch)
+        #: The token steps (None: outputs carry no token, and messages' are ignored).
+        self._tokens = Tokens(TokenRows(self.store), handler.accepts) if tokens else None
+
+    @property
+    def tokens(self) -> bool:
+        """Whether outputs to the handler's own keys carry tokens, as given."""
+        return self._tokens is not None
 
     @property
     def strategy(self) -> StrategyName:
@@ -228,13 +256,18 @@ class Processor(KeyReader[S]):
             if self.cache is not None:
                 self.cache.drop(partition)  # an entry never outlives a failure it took part in
             raise
-        publish = [o for step in plan.steps for o in step.outputs]
         try:
+            # After the state, before the outputs: their tokens (see _batch/_tokens).
+            tokens = self._tokens
+            sending = None if tokens is None else tokens.before_dispatch(partition, plan)
+            publish = [o for step in plan.steps for o in step.outputs]
             if publish:
                 self.publisher.publish(publish)
             dispatched = [s.message.id for s in plan.steps if s.dispatch]
             if dispatched and self.dispatch == "after_publish":
                 self.store.mark_dispatched(partition, dispatched)
+            if sending is not None and tokens is not None:
+                tokens.after_dispatch(sending)
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, plan, exc)
         return self._finish(messages, plan, None)
@@ -253,6 +286,10 @@ class Processor(KeyReader[S]):
     ) -> list[Outcome]:
         steps = plan.steps if plan is not None else [Step(m, "faulted") for m in messages]
         outcomes = [outcome_of(step, fault) for step in steps]
+        for outcome in outcomes:
+            if outcome.kind == "consumed":
+                _log.info("message %r of key %r dropped: %s", outcome.message_id,
+                          outcome.message.key, outcome.reason)  # fmt: skip
         with self._counting:
             for outcome in outcomes:
                 self.stats.count(outcome)
@@ -287,8 +324,11 @@ class Processor(KeyReader[S]):
         the newest removed ``Now``, and a message whose ``sent_at`` is not
         after it is refused (``late_duplicates="refuse"``) or handled as new.
         No request is made when a :class:`HeaderCache` shows too little to
-        remove under ``keep_last`` alone.
+        remove under ``keep_last`` alone. With tokens, a version whose
+        outputs' tokens were not dispatched yet stays (and the one before it),
+        and a removed version's checkpoint goes with it.
         """
         return retain(
-            self._strategy, self.cache, self._now, key, keep_last, older_than, keep_from, at_least
-        )
+            self._strategy, self.cache, self._now, key, keep_last, older_than, keep_from,
+            at_least, self._tokens,
+        )  # fmt: skip

@@ -14,9 +14,24 @@ from streamstone_py import TableOperation, check_key, check_row, is_stream_row_k
 
 from ._messages._codec import pack
 from ._messages._message import Message
-from ._store import OUTBOX_PREFIX, RECORD_PREFIX
+from ._store import (
+    CHECKPOINT_PREFIX,
+    OUTBOX_PREFIX,
+    RECORD_PREFIX,
+    REGISTRATION_PREFIX,
+    TOKEN_PREFIX,
+)
 
-__all__ = ["InMemoryPublisher", "Publisher", "TablePublisher", "unique_outputs"]
+#: The row keys (after ``name|``) the runtime keeps beside a stream.
+_RUNTIME_ROWS: Final = (
+    OUTBOX_PREFIX,
+    RECORD_PREFIX,
+    TOKEN_PREFIX,
+    CHECKPOINT_PREFIX,
+    REGISTRATION_PREFIX,
+)
+
+__all__ = ["InMemoryPublisher", "Publisher", "TablePublisher", "transactions", "unique_outputs"]
 
 
 @runtime_checkable
@@ -99,17 +114,16 @@ class TablePublisher:
         """Refuse an output this publisher could never store, or should not:
         a row the table refuses (a key or id with ``/ \\ # ?`` or control
         characters, or over 1 KiB; a type, body or headers over 64 KiB), or an
-        id that is a stream's, an outbox's or an output id record's row key
-        (``SS-...``, ``name|SS-...``, ``name|OB-...``, ``name|OI-...``)."""
+        id that is a stream's, an outbox's, an output id record's or a token
+        row's key (``SS-...``, ``name|SS-...``, ``name|OB-...``, ``name|OI-...``,
+        ``name|TK-...``, ``name|TC-...``, ``name|TR-...``)."""
         check_key("output key", message.key)
         check_key("output id", message.id)
         row_key = message.id
-        if is_stream_row_key(row_key) or row_key.partition("|")[2].startswith(
-            (OUTBOX_PREFIX, RECORD_PREFIX)
-        ):
+        if is_stream_row_key(row_key) or row_key.partition("|")[2].startswith(_RUNTIME_ROWS):
             raise ValueError(
-                f"output id {row_key!r} is the row key of a stream's, an outbox's or an output "
-                "id record's row: publishing it could replace another key's state"
+                f"output id {row_key!r} is the row key of a stream's, an outbox's, an output "
+                "id record's or a token's row: publishing it could replace another key's state"
             )
         check_row(self.row(message), f"output {message.id!r}")
 
@@ -124,7 +138,7 @@ class TablePublisher:
         for m in rows.values():
             by_key[m.key].append(self.row(m))
         for entities in by_key.values():
-            for chunk in _transactions(entities):
+            for chunk in transactions(entities):
                 submit(self.table, [TableOperation("upsert_replace", e) for e in chunk])
 
 
@@ -142,7 +156,8 @@ def _wire_size(entity: dict[str, Any]) -> int:
     return size
 
 
-def _transactions(entities: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def transactions(entities: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The entities in transactions of at most 100 rows and about 4 MiB."""
     chunks: list[list[dict[str, Any]]] = [[]]
     size = 0
     for entity in entities:

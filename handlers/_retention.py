@@ -10,6 +10,7 @@ from typing import Any
 from streamstone_py import ConcurrencyConflictError, Stream
 
 from ._batch._strategy import Strategy
+from ._batch._tokens import Tokens
 from ._cache import HeaderCache
 from ._store import RETAIN_CUT, WATERMARK, StoredVersion
 
@@ -38,6 +39,7 @@ def retain(
     older_than: timedelta | None,
     keep_from: int | None = None,
     at_least: int = 1,
+    tokens: Tokens | None = None,
 ) -> int:
     """What :meth:`Processor.retain` does (documented there): returns how many
     versions this call removed."""
@@ -60,7 +62,7 @@ def retain(
     if stream is None:
         return 0
     first = stream.first_version
-    removed = _removable(strategy, now, stream, keep_last, older_than, keep_from)
+    removed = _removable(strategy, now, stream, keep_last, older_than, keep_from, tokens)
     if len(removed) < at_least and not _interrupted(stream):
         removed = []  # fewer, larger cuts: wait until at_least versions can go
     if removed:
@@ -69,6 +71,8 @@ def retain(
         # Before the versions, as the outbox rows: once these are gone, nothing lists them.
         store.delete_records(partition, [d for r in removed for d in r.records])
         strategy.before_truncate(partition, removed)
+        if tokens is not None:
+            tokens.forget(partition, removed)
     else:
         cut = first
     if cut > 1:
@@ -125,6 +129,7 @@ def _removable(
     keep_last: int | None,
     older_than: timedelta | None,
     keep_from: int | None = None,
+    tokens: Tokens | None = None,
 ) -> list[StoredVersion]:
     """The versions retention may remove now, oldest first: ``[first, cut)``.
 
@@ -149,6 +154,8 @@ def _removable(
         if young:
             cut = min(cut, min(young))
     cut = strategy.hold(stream.partition, candidates, cut, stream.version)
+    if tokens is not None:  # a version whose outputs' tokens did not go out yet stays
+        cut = tokens.hold(stream.partition, candidates, cut)
     cut = max(cut, started)
     return [r for r in candidates if r.version < cut]
 

@@ -19,7 +19,13 @@ Layout of the stream ``{key}|{handler}`` (a virtual partition of PartitionKey
   handler gave (see ``_records``), written by the first message that published
   it: ``MessageId`` and ``Digest`` (SHA-256 of the output); that version's
   ``OutputIds`` (msgpack) lists the digests of the ids it recorded, so
-  retention removes the rows with it.
+  retention removes the rows with it;
+- with tokens (``_batch/_tokens``): ``{handler}|TK-{token}`` in a receiving
+  key's partition, removed by the transaction that stores the message
+  carrying it; ``{handler}|TR-{SHA-256 of a message id}-{attempt}`` (an
+  attempt's registration) and ``{handler}|TC-{message id}`` (the checkpoint)
+  in the sending key's; a version whose outputs carry tokens holds their
+  number in ``TokenOutputs``.
 
 All storage calls of the processor go through :class:`StateStore`, so tests
 can wrap it to inject crashes between any two of them.
@@ -66,6 +72,13 @@ OUTBOX_PREFIX: Final = "OB-"
 RECORD_PREFIX: Final = "OI-"
 #: The event property listing the output id records a version wrote.
 RECORDS: Final = "OutputIds"
+TOKEN_PREFIX: Final = "TK-"
+CHECKPOINT_PREFIX: Final = "TC-"
+REGISTRATION_PREFIX: Final = "TR-"
+#: The event property counting a version's outputs that carry tokens.
+TOKEN_OUTPUTS: Final = "TokenOutputs"
+#: The header an output carries its token id in.
+TOKEN_HEADER: Final = "ss-token"
 
 
 #: How an outbox row is changed after it was written.
@@ -85,6 +98,8 @@ class StoredVersion:
     id_scheme: int = 1
     #: The output id records this version wrote (the SHA-256 of each id).
     records: tuple[str, ...] = ()
+    #: How many of its outputs carry tokens (their checkpoint outlives nothing).
+    tokens: int = 0
 
     @classmethod
     def from_event(cls, event: RecordedEvent) -> StoredVersion:
@@ -95,6 +110,7 @@ class StoredVersion:
         captures = props.get("Captures")
         id_scheme = props.get(ID_SCHEME, 1)
         records = props.get(RECORDS)
+        tokens = props.get(TOKEN_OUTPUTS, 0)
         if not isinstance(now, datetime) or not isinstance(digest, str):
             raise ValueError(f"version {event.version} lacks a Now time or a Digest")
         if not isinstance(id_scheme, int) or isinstance(id_scheme, bool):
@@ -108,6 +124,7 @@ class StoredVersion:
             state=unpack_stored(join_binary(STATE, props)),
             id_scheme=id_scheme,
             records=tuple(unpack(records)) if isinstance(records, bytes) else (),
+            tokens=tokens if isinstance(tokens, int) else 0,
         )
 
 
@@ -162,6 +179,9 @@ class StateStore:
 
     def record_row_key(self, id_digest: str) -> str:
         return f"{self.handler_name}|{RECORD_PREFIX}{id_digest}"
+
+    def token_row_key(self, token: str) -> str:
+        return f"{self.handler_name}|{TOKEN_PREFIX}{token}"
 
     def open(self, partition: Partition) -> Stream | None:
         return Stream.try_open(partition)

@@ -11,6 +11,11 @@ Orders (one state per order) shows a timer: ``PlaceOrder`` schedules a
 ``pay_within_seconds``); ``PayOrder`` pays a placed order (``OrderPaid``);
 the timeout cancels an order still unpaid (``OrderCancelled``) and does
 nothing once it is paid.
+
+Accounts (one state per account) sends messages to its own keys: a
+``Transfer`` debits the account and publishes a ``Credit`` to the account
+``to`` (with tokens, the credit carries one), and a ``Transferred`` notice;
+``Deposit`` and ``Credit`` add their ``amount``.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from ._messages._message import Message
 __all__ = [
     "MAX_ATTEMPTS",
     "PAYMENT_TIMEOUT",
+    "Account",
     "LeaderBoard",
     "Order",
     "ShootingRange",
+    "accounts",
     "leader_board",
     "orders",
     "shooting_range",
@@ -113,3 +120,19 @@ def orders(state: Order, message: Message, ctx: HandlerContext) -> None:
     elif state.status == "placed":  # PaymentTimeout, and no payment came first
         state.status = "cancelled"
         ctx.publish("OrderCancelled", {"order": message.key, "amount": state.amount})
+
+
+@dataclass
+class Account:
+    balance: int = 0
+
+
+@handler("Accounts", Account, types=["Deposit", "Transfer", "Credit"])
+def accounts(state: Account, message: Message, ctx: HandlerContext) -> None:
+    amount = message.body["amount"]
+    if message.type == "Transfer":
+        state.balance -= amount
+        ctx.publish("Credit", {"amount": amount, "from": message.key}, key=message.body["to"])
+        ctx.publish("Transferred", {"amount": amount, "to": message.body["to"]})
+    else:  # Deposit, Credit
+        state.balance += amount

@@ -49,6 +49,9 @@ def relay(state: dict[str, Any], message: Message, ctx: HandlerContext) -> None:
         "SS-HEAD",
         "Relay|OB-m-1",
         "Relay|OI-0c2ba1",
+        "Relay|TK-0c2ba1",
+        "Relay|TC-m-1",
+        "Relay|TR-0c2ba1-1",
     ],
 )
 def test_an_output_never_replaces_a_row_of_another_keys_stream(
@@ -68,8 +71,8 @@ def test_an_output_never_replaces_a_row_of_another_keys_stream(
 
     assert [(o.status, o.version) for o in outcomes] == [("abandoned", None), ("completed", 1)]
     assert str(outcomes[0].reason).endswith(
-        f"cannot be stored: output id {ref!r} is the row key of a stream's, an outbox's or "
-        "an output id record's row: publishing it could replace another key's state"
+        f"cannot be stored: output id {ref!r} is the row key of a stream's, an outbox's, "
+        "an output id record's or a token's row: publishing it could replace another key's state"
     ), outcomes[0].reason
     assert rows(Partition(table, victim)) == before
     assert Processor(shooting_range, table, InMemoryPublisher()).current_state(victim).version == 1

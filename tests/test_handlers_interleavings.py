@@ -113,6 +113,21 @@ class GatedStore(StateStore):
         super().mark_dispatched(partition, message_ids, keep_outputs=keep_outputs)
 
 
+def run_threads(
+    turnstile: Turnstile,
+    threads: list[threading.Thread],
+    errors: list[BaseException],
+    bits: tuple[int, ...],
+) -> None:
+    """Start the workers, let the turnstile schedule them, and surface what they raised."""
+    for t in threads:
+        t.start()
+    turnstile.drive()
+    for t in threads:
+        t.join()
+    assert not errors, (bits, errors)
+
+
 def run_schedule(
     table: TableClient,
     strategy: StrategyName,
@@ -149,12 +164,7 @@ def run_schedule(
         threading.Thread(target=worker, args=(0, [first, second])),
         threading.Thread(target=worker, args=(1, [first, second] if both else [first])),
     ]
-    for t in threads:
-        t.start()
-    turnstile.drive()
-    for t in threads:
-        t.join()
-    assert not errors, (bits, errors)
+    run_threads(turnstile, threads, errors, bits)
     events = Stream.read(setup.store.partition(key)).events
     assert [e.id for e in events] == [f"{key}-round", first.id, second.id], bits
     for message in [first, second] if both else [first]:
@@ -176,7 +186,19 @@ def explore(
     cached: bool = False,
     parallel: int = 4,
 ) -> int:
-    """Run every distinct interleaving once: every branch of the real choice points.
+    """Run every distinct interleaving once: every branch of the real choice points."""
+
+    def run(key: str, prefix: tuple[int, ...]) -> tuple[int, ...]:
+        return run_schedule(table, strategy, key, prefix, both, cached)
+
+    return walk(run, f"{game}-{strategy[0]}", parallel)
+
+
+def walk(
+    run: Callable[[str, tuple[int, ...]], tuple[int, ...]], prefix_of_keys: str, parallel: int = 4
+) -> int:
+    """Walk the tree of choices: ``run(key, prefix)`` follows ``prefix``, then
+    takes choice 0 wherever both wait, and returns every choice it made.
 
     Each run is on its own key, so runs go ``parallel`` at a time; within one
     run the turnstile alone decides the order.
@@ -186,8 +208,7 @@ def explore(
     with ThreadPoolExecutor(parallel) as pool:
 
         def start(prefix: tuple[int, ...]) -> Future[tuple[int, ...]]:
-            key = f"{game}-{strategy[0]}{next(names)}"
-            return pool.submit(run_schedule, table, strategy, key, prefix, both, cached)
+            return pool.submit(run, f"{prefix_of_keys}{next(names)}", prefix)
 
         pending: dict[Future[tuple[int, ...]], tuple[int, ...]] = {start(()): ()}
         while pending:

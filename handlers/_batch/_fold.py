@@ -12,8 +12,12 @@ decides it:
    anything looks it up);
 5. known to be stored (the write found it) or sent before retention's
    watermark: replayed as a duplicate, or ``refused`` when retention forgot it;
+   with tokens, a message whose token the write found gone (or that another
+   message of the batch carried) is ``consumed``, and a message that carries a
+   token is never judged by its sent time: its token says whether it is new;
 6. the handler fails on the newest state (or that state cannot be read):
-   if the message is stored after all, replayed as a duplicate; otherwise
+   if the message is stored after all, replayed as a duplicate (or, carrying
+   a token that is gone, ``consumed``); otherwise
    abandoned (``failed``), and the key stops (a lookup that fails is this
    message's failure too, never the batch's);
 7. it publishes an output id that an earlier message published with other
@@ -29,15 +33,12 @@ a consumer, the Spark job and a direct caller refuse it with one reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import Any
+from collections.abc import Sequence
 
 from azure.core.exceptions import AzureError
 
-from streamstone_py import EventData, Stream, StreamstoneError, split_binary
+from streamstone_py import EventData, Stream, StreamstoneError
 
-from .._compression import pack_stored
 from .._context import HandlerContext
 from .._errors import (
     DuplicateOutsideWindowError,
@@ -46,36 +47,18 @@ from .._errors import (
     UnreadableStateError,
 )
 from .._messages._admission import id_refusal, type_refusal
-from .._messages._codec import digest, pack
 from .._messages._message import Message
-from .._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
+from .._outcome import Found, OutcomeKind, Plan, Step
 from .._reading import header_state
-from .._store import ID_SCHEME, RECORDS, RETAIN_CUT, STATE, WATERMARK, OutputRecord
+from .._store import RETAIN_CUT, WATERMARK, OutputRecord
 from ._records import OutputIds
-from ._replay import Replayer
-from ._strategy import Strategy
+from ._rules import Rules, consumed
 
-__all__ = ["Folder", "NotLookedUp"]
+__all__ = ["Folder", "NotLookedUp", "consumed"]
 
 
-class Folder:
-    """What a fold needs besides the batch: the strategy (and through it the
-    handler's runner), the clock (UTC), and the rules for late messages and
-    outputs."""
-
-    def __init__(
-        self,
-        strategy: Strategy,
-        now: Callable[[], datetime],
-        late_duplicates: LateDuplicates,
-        check_output: Callable[[Message], None] | None,
-    ) -> None:
-        self.strategy = strategy
-        self.replayer: Replayer = strategy.replayer
-        self.handler = self.replayer.handler
-        self.now = now
-        self.late_duplicates = late_duplicates
-        self.check_output = check_output
+class Folder(Rules):
+    """Folds a key's batches under the :class:`Rules` it was made with."""
 
     def fold(
         self,
@@ -115,76 +98,6 @@ class Folder:
         except HandlerError as exc:
             return exc
 
-    def late(self, message: Message, watermark: Any) -> DuplicateOutsideWindowError | None:
-        """The refusal of a message sent before retention's watermark, if it is one."""
-        sent_at = message.headers.get("sent_at")
-        if (
-            self.late_duplicates != "refuse"
-            or sent_at is None
-            or not isinstance(watermark, datetime)
-        ):
-            return None
-        try:
-            sent = datetime.fromisoformat(sent_at)
-        except ValueError:
-            sent = None
-        name = self.handler.name
-        if sent is None or sent.tzinfo is None:
-            reason = "its sent_at header is not a time with a zone, and retention removed versions"
-            return DuplicateOutsideWindowError(
-                name, message.id, reason, sent_at=sent_at, watermark=watermark
-            )
-        if sent <= watermark:
-            reason = "it was sent before retention removed the versions of its time"
-            return DuplicateOutsideWindowError(
-                name, message.id, reason, sent_at=sent, watermark=watermark
-            )
-        return None
-
-    def event(
-        self,
-        stream: Stream,
-        message: Message,
-        context: HandlerContext,
-        state: bytes,
-        header: dict[str, Any],
-        records: Sequence[tuple[str, OutputRecord]] = (),
-    ) -> EventData:
-        """The stored version of a processed message, with the output id
-        ``records`` it writes, checked against the table's limits and against
-        what the publisher can deliver."""
-        self._check_outputs(context.outputs)
-        encoded_outputs = pack([o.encode() for o in context.outputs])
-        stored = pack_stored(state, self.strategy.store.compression)
-        properties: dict[str, Any] = {
-            "MessageType": message.type,
-            "Now": context.now(),
-            "Digest": digest(encoded_outputs),
-            ID_SCHEME: context.id_scheme,
-            **split_binary(STATE, stored),
-        }
-        if context.captures:
-            properties["Captures"] = pack(context.captures)
-        if records:
-            properties[RECORDS] = pack([d for d, _ in records])
-        store = self.strategy.store
-        event = EventData(
-            id=message.id,
-            properties=properties,
-            includes=[
-                *self.strategy.includes(message.id, encoded_outputs, context.now()),
-                *(store.record_include(d, r) for d, r in records),
-            ],
-            stream_properties={**header, **split_binary(STATE, stored)},
-        )
-        Stream.check_write(stream, event)
-        return event
-
-    def _check_outputs(self, outputs: Sequence[Message]) -> None:
-        if self.check_output is not None:
-            for output in outputs:
-                self.check_output(output)
-
 
 class NotLookedUp(HandlerError):
     """A lookup of a message failed: whether it is stored is not known."""
@@ -218,6 +131,7 @@ class _Fold:
         self.seen: dict[str, Step] = {}
         self.stopped: str | None = None
         self.ids = ids
+        self.tokens: set[str] = set()  # carried by this batch's messages
 
     def run(self, messages: Sequence[Message]) -> Plan:
         for message in messages:
@@ -236,6 +150,8 @@ class _Fold:
             outputs = self.folder.strategy.repeated(earlier)
             return self._add(Step(message, "duplicate", earlier.version, outputs))
         refused = id_refusal(message.id, self.folder.replayer.store.handler_name)
+        if refused is None:
+            refused = self._token_refusal(message)
         if refused is not None:
             return self._abandon(message, HandlerError(refused), kind="refused")
         if self._known(message):
@@ -243,9 +159,22 @@ class _Fold:
         self._handle(message)
         return None
 
+    def _token_refusal(self, message: Message) -> str | None:
+        token = self.folder.token_of(message)
+        if token is None or self.folder.tokens is None:
+            return None
+        try:
+            self.folder.tokens.consume(token)
+        except ValueError as exc:
+            return f"message {message.id!r} carries a token no row key can hold: {exc}"
+        return None
+
     def _known(self, message: Message) -> bool:
         """Case 4: a message the write found stored, or a late one."""
         found = self.stored.get(message.id)
+        token = self.folder.token_of(message)
+        if found is None and token is not None and token in self.tokens:
+            found = consumed(message)  # another message of the batch carries it: forged
         late = self.folder.late(message, self.watermark) if found is None else None
         if late is not None:
             # Sent before the watermark: a duplicate whose record is kept is
@@ -270,6 +199,8 @@ class _Fold:
             after = folder.replayer.invoke(self.state, self.version, message, context)
         except HandlerError as exc:
             found = folder.stored_original(self.key, message)
+            if found is None:  # with tokens: a copy whose token is gone, failing on today's state
+                found = folder.spent(self.key, message)
             if found is None or isinstance(found, NotLookedUp):
                 error = exc if found is None else HandlerError(f"{exc}; and {found}")
                 self._abandon(message, error, stops_key=True)
@@ -294,6 +225,9 @@ class _Fold:
         self.state = after
         self.version += 1
         self.events.append(event)
+        token = folder.token_of(message)
+        if token is not None:
+            self.tokens.add(token)
         dispatch = folder.strategy.dispatches()
         self._add(Step(message, "completed", self.version, context.outputs, dispatch=dispatch))
 

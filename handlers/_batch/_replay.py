@@ -113,7 +113,10 @@ class Replayer:
         # removed, since the original was stored is not a difference in behaviour.
         if after != original.state and after != self._current(message.key, original):
             raise NonDeterministicHandlerError(name, message.id, "new state differs")
-        return Step(message, "duplicate", version=original.version, outputs=outputs)
+        return Step(
+            message, "duplicate", version=original.version, outputs=outputs,
+            tokens=original.tokens > 0,
+        )  # fmt: skip
 
     def _current(self, key: str, original: StoredVersion) -> bytes:
         decoded = decode_state(self.handler, key, original.version, original.state)

@@ -1,6 +1,7 @@
 """A batch's write: folded over the stored header, written conditionally,
 folded again on what a refused write tells (a rival's conflict, a message
-stored before, an outbox row in the way), until a write holds."""
+stored before, an outbox row in the way, a token consumed before), until a
+write holds."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from .._messages._message import Message
 from .._outcome import Found, LateDuplicates, Plan, ProcessorStats
 from .._publish import Publisher
 from .._store import OutputRecord, StateStore
-from ._fold import Folder
+from ._fold import Folder, consumed
 from ._records import record_in_the_way
 from ._strategy import Strategy
+from ._tokens import Tokens, consumed_token
 
 __all__ = ["Writer", "store_batch"]
 
@@ -42,6 +44,7 @@ class Writer(Protocol):
     max_attempts: int
     stats: ProcessorStats
     _strategy: Strategy
+    _tokens: Tokens | None
 
     @property  # read only: a lock is a context manager of its own type
     def _counting(self) -> AbstractContextManager[Any]: ...
@@ -58,6 +61,7 @@ def store_batch(
         processor._now,
         processor.late_duplicates,
         getattr(processor.publisher, "check", None),
+        processor._tokens,
     )
     stored: dict[str, Found] = {}
     records: dict[str, OutputRecord] = {}
@@ -95,6 +99,14 @@ def store_batch(
             header.read_instead()
         except IncludedOperationConflictError as exc:
             keep_committed(exc, plan, stored)
+            spent = None
+            if processor._tokens is not None and exc.operation == "delete":
+                row_key = str(exc.entity.get("RowKey", ""))
+                spent = consumed_token(processor._tokens, messages, row_key)
+            if spent is not None:  # its token is gone: processed before, however long ago
+                stored[spent.id] = consumed(spent)
+                header.read_instead()
+                continue
             id_digest = record_in_the_way(processor.store, exc)
             if id_digest is not None:  # published by an earlier batch: fold again knowing it
                 record = processor.store.output_record(partition, id_digest)

@@ -303,7 +303,7 @@ class QueueConsumer:
                 if outcome is None or outcome.kind in ("stopped", "held"):
                     settle.release(held, 0, message, "stopping" if outcome is None else
                                    outcome.reason)  # fmt: skip
-                elif outcome.kind in ("completed", "duplicate"):
+                elif outcome.kind in ("completed", "duplicate", "consumed"):
                     settle.complete(held, outcome)
                 elif outcome.kind == "refused":
                     settle.poison(held, message, outcome.reason or "refused", outcome)

@@ -1,0 +1,272 @@
+"""The rows of tokens, and every storage call that touches them (one method
+per request, or per 100 rows), so that tests can wrap :class:`TokenRows` to
+crash between any two.
+
+- ``{handler}|TK-{token}``: a token, in the receiving key's partition,
+  beside that key's stream: ``MessageId`` (the sending message) and ``From``
+  (its key). The receiver's transaction that stores the message carrying it
+  deletes it; a sender's cleanup deletes those of attempts that lost.
+- ``{handler}|TR-{SHA-256 of the message id}-{attempt}``: an attempt's
+  registration, in the sending key's partition, written before its tokens:
+  ``MessageId`` and ``Targets`` (msgpack: the receiving key and token id of
+  each output), so whatever an attempt created can be found and removed.
+- ``{handler}|TC-{message id}``: the checkpoint, in the sending key's
+  partition, inserted once: ``Tokens`` (msgpack: the token ids, in the order
+  of the outputs that carry them) and ``Dispatched``, set once they went out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from azure.data.tables import TableTransactionError
+
+from streamstone_py import Partition, Row, TableOperation, check_row, query_rows, read_row, submit
+
+from .._messages._codec import pack, unpack
+from .._publish import transactions
+from .._store import CHECKPOINT_PREFIX, REGISTRATION_PREFIX, StateStore
+
+__all__ = ["Attempt", "Checkpoint", "Registration", "TokenRows"]
+
+T = TypeVar("T")
+
+#: The pairs an attempt registers: the receiving key and the token id, per output.
+Targets = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt at sending a message's outputs: fresh token ids, its own."""
+
+    message_id: str
+    attempt: str
+    targets: Targets
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """An attempt's registration as stored."""
+
+    row_key: str
+    message_id: str
+    targets: Targets
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The token ids a message's outputs carry, on every delivery, for good."""
+
+    message_id: str
+    tokens: tuple[str, ...]
+    dispatched: bool = False
+
+
+def _packed(row_key: str, name: str, value: Any) -> Any:
+    """A packed list read back; ``ValueError`` for anything else, since a
+    cleanup that misread which tokens are live could delete one."""
+    if not isinstance(value, bytes):
+        raise ValueError(f"row {row_key!r} has a {name} of {type(value).__name__}, not bytes")
+    return unpack(value)
+
+
+def _targets(row_key: str, value: Any) -> Targets:
+    return tuple((str(key), str(token)) for key, token in _packed(row_key, "Targets", value))
+
+
+class TokenRows:
+    """The storage calls of tokens, on the processor's table and retry policy."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.handler_name = store.handler_name
+
+    # --- row keys ---------------------------------------------------------------
+
+    def checkpoint_row_key(self, message_id: str) -> str:
+        return f"{self.handler_name}|{CHECKPOINT_PREFIX}{message_id}"
+
+    def registration_row_key(self, message_id: str, attempt: str = "") -> str:
+        # A digest, so that one message's registrations share a prefix no other
+        # message id can extend.
+        digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{self.handler_name}|{REGISTRATION_PREFIX}{digest}-{attempt}"
+
+    # --- the sender's calls -----------------------------------------------------------
+
+    def checkpoint(self, partition: Partition, message_id: str) -> Checkpoint | None:
+        row = read_row(
+            self.store.table,
+            partition.partition_key,
+            self.checkpoint_row_key(message_id),
+            retry=self.store.retry,
+        )
+        return None if row is None else _checkpoint(message_id, row.properties)
+
+    def exists(self, key: str, token: str) -> bool:
+        """Whether the token is still in ``key``'s partition (one point read)."""
+        row_key = self.store.token_row_key(token)
+        return read_row(self.store.table, key, row_key, retry=self.store.retry) is not None
+
+    def registration(self, partition_key: str, attempt: Attempt) -> dict[str, Any]:
+        return {
+            "PartitionKey": partition_key,
+            "RowKey": self.registration_row_key(attempt.message_id, attempt.attempt),
+            "MessageId": attempt.message_id,
+            "Targets": pack([list(t) for t in attempt.targets]),
+        }
+
+    def check(self, partition_key: str, attempt: Attempt) -> None:
+        """``ValueError`` if the attempt's registration is more than a row holds
+        (its targets over 64 KiB): checked before the state is stored."""
+        check_row(self.registration(partition_key, attempt), "the registration of its tokens")
+
+    def register(self, partition: Partition, attempts: Sequence[Attempt]) -> None:
+        """Insert each attempt's registration (a retried insert that finds its
+        own row, its ids being fresh, counts as done)."""
+        pk = partition.partition_key
+        self._submit([TableOperation("create", self.registration(pk, a)) for a in attempts], 409)
+
+    def create(self, key: str, tokens: Sequence[tuple[str, str, str]]) -> None:
+        """Insert tokens in ``key``'s partition: (token id, sending message id, its key)."""
+        ops = [
+            TableOperation("create", {
+                "PartitionKey": key, "RowKey": self.store.token_row_key(token),
+                "MessageId": message_id, "From": origin,
+            })
+            for token, message_id, origin in tokens
+        ]  # fmt: skip
+        self._submit(ops, skip=409)
+
+    def record(self, partition: Partition, attempts: Sequence[Attempt]) -> dict[str, Checkpoint]:
+        """Insert each attempt's checkpoint, once: where one is stored already
+        (a racing copy's, or ours whose answer was lost), it is read and it
+        stands. The checkpoint of each message, as stored."""
+        pending = [
+            (a.message_id, TableOperation("create", {
+                "PartitionKey": partition.partition_key,
+                "RowKey": self.checkpoint_row_key(a.message_id),
+                "Tokens": pack([token for _, token in a.targets]),
+                "Dispatched": False,
+            }))
+            for a in attempts
+        ]  # fmt: skip
+        stored = {a.message_id: Checkpoint(a.message_id, tuple(t for _, t in a.targets))
+                  for a in attempts}  # fmt: skip
+        for batch in _chunks(pending, lambda p: p[1]):
+            while batch:
+                try:
+                    submit(self.store.table, [op for _, op in batch], retry=self.store.retry)
+                    break
+                except TableTransactionError as exc:
+                    if exc.status_code != 409 or exc.index is None:
+                        raise
+                    message_id = batch.pop(exc.index)[0]
+                    winner = self.checkpoint(partition, message_id)
+                    if winner is None:  # removed by retention: its outputs went out long ago
+                        raise RuntimeError(
+                            f"the token checkpoint of message {message_id!r} was removed while "
+                            "it was being read: its outputs were dispatched and retained"
+                        ) from exc
+                    stored[message_id] = winner
+        return stored
+
+    def registrations(self, partition: Partition) -> list[Registration]:
+        """The key's registrations still stored (one range query)."""
+        prefix = f"{self.handler_name}|{REGISTRATION_PREFIX}"
+        return [
+            Registration(str(row.properties["RowKey"]), str(row.properties.get("MessageId")),
+                         _targets(str(row.properties["RowKey"]), row.properties.get("Targets")))
+            for row in self._range(partition, prefix)
+        ]  # fmt: skip
+
+    def delete_tokens(self, key: str, tokens: Sequence[str]) -> None:
+        """Delete tokens of ``key``'s partition; those already gone are skipped."""
+        row_keys = [self.store.token_row_key(t) for t in dict.fromkeys(tokens)]
+        self._submit([_delete(key, r) for r in row_keys], skip=404)
+
+    def finish(
+        self, partition: Partition, dispatched: Sequence[str], registrations: Sequence[str]
+    ) -> None:
+        """Mark these messages' checkpoints dispatched and delete these
+        registrations (rows already gone are skipped): one transaction per 100."""
+        pk = partition.partition_key
+        ops = [
+            TableOperation("update_merge", {"PartitionKey": pk, "RowKey":
+                           self.checkpoint_row_key(m), "Dispatched": True}, "*")
+            for m in dict.fromkeys(dispatched)
+        ]  # fmt: skip
+        ops += [_delete(pk, r) for r in dict.fromkeys(registrations)]
+        self._submit(ops, skip=404)
+
+    # --- retention's calls --------------------------------------------------------------
+
+    def checkpoints(self, partition: Partition) -> dict[str, Checkpoint]:
+        """The key's checkpoints (one range query), by message id."""
+        prefix = f"{self.handler_name}|{CHECKPOINT_PREFIX}"
+        found: dict[str, Checkpoint] = {}
+        for row in self._range(partition, prefix):
+            message_id = str(row.properties["RowKey"])[len(prefix) :]
+            found[message_id] = _checkpoint(message_id, row.properties)
+        return found
+
+    def forget(
+        self, partition: Partition, message_ids: Sequence[str], registrations: Sequence[str]
+    ) -> None:
+        """Delete these checkpoints and registrations (those already gone are skipped)."""
+        pk = partition.partition_key
+        rows = [self.checkpoint_row_key(m) for m in message_ids] + list(registrations)
+        self._submit([_delete(pk, r) for r in dict.fromkeys(rows)], skip=404)
+
+    # --- helpers ----------------------------------------------------------------------
+
+    def _range(self, partition: Partition, prefix: str) -> list[Row]:
+        # Whole rows (they are small): no projection to doubt how a packed list reads back.
+        return query_rows(
+            self.store.table,
+            "PartitionKey eq @pk and RowKey ge @first and RowKey lt @end",
+            {
+                "pk": partition.partition_key,
+                "first": prefix,
+                "end": prefix[:-1] + chr(ord(prefix[-1]) + 1),
+            },
+            retry=self.store.retry,
+        )
+
+    def _submit(self, ops: list[TableOperation], skip: int) -> None:
+        """Up to 100 operations and 4 MiB a transaction; an operation that fails with
+        ``skip`` (404: already gone; 409: already there) is left out, and the
+        rest sent again."""
+        for batch in _chunks(ops, lambda op: op):
+            while batch:
+                try:
+                    submit(self.store.table, batch, retry=self.store.retry)
+                    break
+                except TableTransactionError as exc:
+                    if exc.status_code != skip or exc.index is None:
+                        raise
+                    del batch[exc.index]
+
+
+def _chunks(items: Sequence[T], op: Callable[[T], TableOperation]) -> list[list[T]]:
+    """The items in transactions: at most 100 operations and about 4 MiB each."""
+    if not items:
+        return []
+    chunks: list[list[T]] = []
+    rest = list(items)
+    for sized in transactions([dict(op(item).entity) for item in items]):
+        chunks.append(rest[: len(sized)])
+        rest = rest[len(sized) :]
+    return chunks
+
+
+def _delete(partition_key: str, row_key: str) -> TableOperation:
+    return TableOperation("delete", {"PartitionKey": partition_key, "RowKey": row_key}, "*")
+
+
+def _checkpoint(message_id: str, properties: Mapping[str, Any]) -> Checkpoint:
+    tokens = _packed(f"checkpoint of {message_id!r}", "Tokens", properties.get("Tokens"))
+    return Checkpoint(message_id, tuple(str(t) for t in tokens), bool(properties.get("Dispatched")))

@@ -1,0 +1,120 @@
+"""The edges of tokens: headers that are not this handler's, forged or
+repeated tokens, a token no row key holds, an output whose token could not
+be sent, and tokens turned on with versions stored before."""
+
+from __future__ import annotations
+
+from azure.data.tables import TableClient
+
+from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
+from handlers.examples import accounts, orders
+from tests.tokening import H, credits, token_rows
+
+
+def credit(n: int, key: str, header: str | None) -> Message:
+    headers = {} if header is None else {"ss-token": header}
+    return Message(f"c-{n}", key, "Credit", {"amount": 5}, headers)
+
+
+def test_a_header_for_another_handler_is_a_message_from_outside(
+    table: TableClient, game: str
+) -> None:
+    p = Processor(accounts, table, InMemoryPublisher(), tokens=True)
+    outcomes = p.process_batch(game, [credit(1, game, "Ledger:" + "a" * 32), credit(2, game, None)])
+    assert [o.kind for o in outcomes] == ["completed", "completed"]
+    assert p.current_state(game).state.balance == 10
+
+
+def test_a_forged_or_repeated_token_is_consumed_and_a_bad_one_refused(
+    table: TableClient, game: str
+) -> None:
+    p = Processor(accounts, table, InMemoryPublisher(), tokens=True)
+    forged = credit(1, game, f"{H}:{'f' * 32}")  # no such token was ever made
+    bad = credit(2, game, f"{H}:a/b")  # no row key holds a /
+    outcomes = p.process_batch(game, [forged, bad])
+    assert [(o.status, o.kind) for o in outcomes] == [
+        ("duplicate", "consumed"), ("abandoned", "refused")
+    ]  # fmt: skip
+    assert "carries a token no row key can hold" in str(outcomes[1].reason)
+    assert p.current_state(game).version == 0
+
+    a, b = f"{game}-a", f"{game}-b"
+    publisher = InMemoryPublisher()
+    sender = Processor(accounts, table, publisher, tokens=True)
+    sender.process(Message("t-1", a, "Transfer", {"to": b, "amount": 30}))
+    [sent] = credits(publisher.deliveries)
+    twin = Message("twin", b, "Credit", {"amount": 30}, sent.headers)  # another id, its token
+    outcomes = p.process_batch(b, [sent, twin])
+    assert [o.kind for o in outcomes] == ["completed", "consumed"]
+    assert p.current_state(b).state.balance == 30
+    assert token_rows(table, b) == {}
+
+
+def test_an_output_whose_token_cannot_be_registered_is_refused_before_the_state(
+    table: TableClient, game: str
+) -> None:
+    @handler("Fanout", types=["Spread", "Credit"])
+    def fanout(state: dict[str, int], message: Message, ctx: HandlerContext) -> None:
+        for n in range(message.body["keys"]):
+            ctx.publish("Credit", {"n": n}, key=f"{'k' * 200}-{n}")
+
+    p = Processor(fanout, table, InMemoryPublisher(), tokens=True)
+    wide = Message("wide", game, "Spread", {"keys": 400})  # 400 keys of 200 characters
+    outcomes = p.process_batch(game, [wide, Message("ok", game, "Spread", {"keys": 2})])
+    assert [o.kind for o in outcomes] == ["failed", "completed"]
+    assert "the registration of its tokens cannot be a table row" in str(outcomes[0].reason)
+    assert p.current_state(game).version == 1
+
+
+def test_tokens_turned_on_resend_what_went_out_before_without_them(
+    table: TableClient, game: str
+) -> None:
+    a, b = f"{game}-a", f"{game}-b"
+    before = InMemoryPublisher()
+    transfer = Message("t-1", a, "Transfer", {"to": b, "amount": 30})
+    Processor(accounts, table, before).process(transfer)
+    after = InMemoryPublisher()
+    again = Processor(accounts, table, after, tokens=True).process(transfer)
+    assert again.status == "duplicate"
+    assert [m.encode() for m in after.deliveries] == [m.encode() for m in before.deliveries]
+    assert "ss-token" not in credits(after.deliveries)[0].headers
+    assert token_rows(table, a) == token_rows(table, b) == {}
+
+
+def test_a_timer_to_its_own_key_carries_a_token(table: TableClient, game: str) -> None:
+    publisher = InMemoryPublisher()
+    p = Processor(orders, table, publisher, tokens=True)
+    p.process(Message("o-1", game, "PlaceOrder", {"amount": 5}))
+    [timeout] = [m for m in publisher.deliveries if m.type == "PaymentTimeout"]
+    assert timeout.headers["ss-token"].startswith("Orders:")
+    assert timeout.due is not None
+    assert p.process(timeout).kind == "completed"
+    assert p.retain(game, keep_last=0) == 2
+    assert p.process(timeout).kind == "consumed"
+    assert p.current_state(game).state.status == "cancelled"
+    assert token_rows(table, game) == {}
+
+
+@handler("Strict", types=["Open", "Debit"])
+def strict(state: dict[str, int], message: Message, ctx: HandlerContext) -> None:
+    if message.type == "Open":
+        state["balance"] = message.body["amount"]
+        ctx.publish("Debit", {"amount": message.body["amount"]})  # to its own key
+    elif state["balance"] < message.body["amount"]:
+        raise ValueError("overdrawn")
+    else:
+        state["balance"] -= message.body["amount"]
+
+
+def test_a_copy_whose_token_is_gone_is_consumed_even_where_the_handler_now_fails(
+    table: TableClient, game: str
+) -> None:
+    publisher = InMemoryPublisher()
+    p = Processor(strict, table, publisher, tokens=True)
+    p.process(Message("open", game, "Open", {"amount": 10}))
+    [debit] = publisher.deliveries
+    assert p.process(debit).kind == "completed"
+    assert p.retain(game, keep_last=0) == 2
+    again = p.process(debit)  # on today's state it would overdraw
+    assert (again.status, again.kind) == ("duplicate", "consumed")
+    assert p.current_state(game).state == {"balance": 0}
