@@ -85,6 +85,7 @@ test-cluster: setup
 
 # The chaos harness; e.g. `make chaos DURATION=600 THREADS=2 PROCESSES=2 SEED=7`.
 # `make chaos MODE=queue`: on Azurite's Queue service, with QueueConsumer workers.
+# `make chaos MODE=tokens`: key-to-key messages with tokens, retention, every credit again.
 DURATION ?= 60
 THREADS ?= 2
 PROCESSES ?= 2

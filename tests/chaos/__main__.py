@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from azurite.launcher import account
+
 from .harness import ChaosConfig, run
 from .queue_mode import QueueChaosConfig, run_queue
+from .token_mode import TokenChaosConfig, run_tokens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--mode",
-        choices=["broker", "queue"],
+        choices=["broker", "queue", "tokens"],
         default="broker",
         help="broker: a simulated broker over a shuffled log (every fault point); queue: "
-        "Azurite's Queue service, consumers with short locks, killed worker processes",
+        "Azurite's Queue service, consumers with short locks, killed worker processes; "
+        "tokens: key-to-key messages with tokens, retention, every credit again at the end",
     )
     parser.add_argument(
         "--outages", type=int, default=1, help="queue mode: Table service outages (it alone stops)"
@@ -68,6 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         "--hostile", type=float, default=0.02, help="queue mode: share of texts that are hostile"
     )
     args = parser.parse_args(argv)
+    if args.mode == "tokens":
+        tokens_config = TokenChaosConfig(
+            seed=args.seed, duration=args.duration or 60.0, threads=args.threads
+        )
+        with account() as connection_string:
+            token_report = run_tokens(tokens_config, connection_string)
+        print(token_report.table())
+        return 1 if token_report.violations else 0
     if args.mode == "queue":
         queue_config = QueueChaosConfig(
             seed=args.seed,
