@@ -58,6 +58,38 @@ def test_a_credit_delivered_again_a_month_after_retention(
     assert publisher.divergent == []
 
 
+def test_a_copy_whose_version_is_kept_only_as_the_base_of_the_newest_is_consumed(
+    table: TableClient, game: str
+) -> None:
+    """keep_last=1 keeps the newest version and the one before it, on which
+    a copy of the newest is replayed. A copy of that older one is found
+    stored but cannot be replayed (its own predecessor is gone): with its
+    token gone, it is a duplicate dropped as consumed, not refused (a refused
+    message goes to the poison shelf). Found by benchmarks/bench_tokens.py,
+    which delivers every credit again after the cut."""
+    a, b = f"{game}-a", f"{game}-b"
+    publisher = InMemoryPublisher()
+    p = Processor(accounts, table, publisher, tokens=True)
+    p.process(Message("dep-b1", b, "Deposit", {"amount": 1}))
+    p.process(Message("dep-b2", b, "Deposit", {"amount": 1}))
+    p.process(Message("t-1", a, "Transfer", {"to": b, "amount": 30}))
+    [credit] = credits(publisher.deliveries)
+    assert p.process(credit).version == 3
+    p.process(Message("dep-b3", b, "Deposit", {"amount": 1}))
+    assert p.retain(b, keep_last=1) == 2  # versions 3 (the credit's) and 4 stay
+    delivered = len(publisher.deliveries)
+
+    again = p.process(credit)
+
+    assert (again.status, again.kind, again.reason, again.outputs) == (
+        "duplicate", "consumed", CONSUMED, ()
+    )  # fmt: skip
+    assert p.current_state(b).state.balance == 33
+    assert stream_rows(table, b) == expected_stream(table, b, [(3, credit.id), (4, "dep-b3")])
+    assert token_rows(table, b) == {}
+    assert len(publisher.deliveries) == delivered
+
+
 def test_the_sender_keeps_its_version_until_the_outputs_went_out(
     table: TableClient, game: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -237,6 +237,12 @@ class _Fold:
             self._add(found)
             return
         if isinstance(found, DuplicateOutsideWindowError):  # retention forgot it: for good
+            # Stored, not replayable (keep_last=1 keeps a version without its
+            # predecessor): with its token gone, a copy whose outputs went out.
+            spent = self.folder.spent(self.key, message)
+            if spent is not None:
+                self._add(spent)
+                return
             self._abandon(message, found, kind="refused")
             return
         stops = stop_if_nondeterministic and isinstance(found, NonDeterministicHandlerError)
