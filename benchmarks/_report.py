@@ -1,7 +1,7 @@
 """The report: the machine, the targets, then one section per figure, from one
 run's measurements. Each section's records, plot and table are drawn by one
-function: the engine and runtime in ``_report_runtime.py``, what is stored in
-``_report_storage.py``, the queue consumer in ``_report_queue.py``; the targets
+function: the engine and runtime in ``_report_runtime.py``, what is stored (tokens
+included) in ``_report_storage.py``, the queue consumer in ``_report_queue.py``; the targets
 in ``_report_targets.py``; the tables and plots' frame in ``_report_format.py``."""
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from _report_runtime import (
     spark_section,
     task_profile_section,
 )
-from _report_storage import compression_section, retention_section, storage_bytes_section
+from _report_storage import (
+    compression_section,
+    retention_section,
+    storage_bytes_section,
+    tokens_section,
+)
 from _report_targets import targets
 
 ANALYSIS = Path(__file__).with_name("analysis.md")
@@ -38,6 +43,7 @@ SECTIONS: tuple[Callable[[list[Record], Path, str], list[str]], ...] = (
     storage_bytes_section,
     compression_section,
     retention_section,
+    tokens_section,
     queue_section,
     queue_path_section,
     async_section,

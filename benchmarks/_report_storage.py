@@ -1,5 +1,5 @@
 """The report's sections on what is stored: bytes per message by state size,
-compressed states, and retention inside the job."""
+compressed states, retention inside the job, and tokens."""
 
 from __future__ import annotations
 
@@ -110,3 +110,24 @@ def retention_section(records: list[Record], images: Path, name: str) -> list[st
         f"![rows per key over micro-batches]({name}/retention.png)",
         shown,
     )
+
+
+def tokens_section(records: list[Record], images: Path, name: str) -> list[str]:
+    """Tokens beside the same transfers without (no plot: a handful of ratios)."""
+    tokens = [r for r in records if r["name"].startswith("tokens.")]
+    if not tokens:
+        return []
+    return [
+        "## Tokens: what they cost and what they save",
+        "",
+        "Transfers on sender keys (the `accounts` example), each sending a credit to a "
+        "receiver key, with `tokens=True` beside the same without, in the same run: HTTP "
+        "requests counted at the wire client for one message (`process`, header cache) and "
+        "per message in the batch workload, `process_batch` throughput of senders, receivers "
+        "and both, and what a sender and a receiver key store after N transfers with tokens "
+        "and `keep_last=1` beside the same without tokens under a 7-day window (every "
+        "version of the window kept).",
+        "",
+        *table(tokens),
+        "",
+    ]

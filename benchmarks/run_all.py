@@ -44,6 +44,7 @@ SCRIPTS = (
     "bench_wire.py",
     "bench_spark.py",
     "bench_storage.py",
+    "bench_tokens.py",
     "bench_queue.py",
     "bench_spark_queue.py",
     "bench_azurite_queue.py",
