@@ -1,0 +1,101 @@
+"""Attacks on the tokens' guarantee (issue 44's adversarial review), each on
+real tables: a sender's copy that meets a retention in progress, and what
+an interrupted ``retain`` leaves behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from azure.data.tables import TableClient
+
+from handlers import InMemoryPublisher, Message, Processor
+from handlers.examples import accounts
+from tests.tokening import Crash, H, credits, expected_stream, stream_rows, token_of, token_rows
+
+
+def _credited_and_retained(table: TableClient, a: str, b: str) -> tuple[Processor[Any], Message]:
+    """A sent B a credit of 30 with tokens, B applied it, and B's retention
+    removed the credit's version (keep_last=1 after two deposits)."""
+    publisher = InMemoryPublisher()
+    p = Processor(accounts, table, publisher, tokens=True)
+    p.process(Message("dep-a", a, "Deposit", {"amount": 100}))
+    p.process(Message("t-1", a, "Transfer", {"to": b, "amount": 30}))
+    [credit] = credits(publisher.deliveries)
+    assert p.process(credit).status == "completed"
+    p.process(Message("dep-b1", b, "Deposit", {"amount": 1}))
+    p.process(Message("dep-b2", b, "Deposit", {"amount": 1}))
+    assert p.retain(b, keep_last=1) == 1
+    p.process(Message("dep-a2", a, "Deposit", {"amount": 1}))
+    return p, credit
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="retention deletes the checkpoint before the version (forget, then truncate): a "
+    "duplicate sender copy in between finds no checkpoint and mints fresh tokens",
+)
+def test_a_sender_copy_after_an_interrupted_retain_sends_the_recorded_token(
+    table: TableClient, game: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A's retention dies after it removed the transfer's checkpoint and
+    before it removed the transfer's version: a copy of the transfer is then
+    still a duplicate (its version is stored), finds no checkpoint, and must
+    not mint a new token: B's credit was applied, its version is gone, and a
+    credit under a fresh token would be applied again."""
+    a, b = f"{game}-a", f"{game}-b"
+    p, credit = _credited_and_retained(table, a, b)
+
+    def dies(*_: object) -> None:
+        raise Crash("before the versions are removed")
+
+    with monkeypatch.context() as m:
+        m.setattr(p.store, "truncate", dies)
+        with pytest.raises(Crash):
+            p.retain(a, keep_last=0)
+    again = p.process(Message("t-1", a, "Transfer", {"to": b, "amount": 30}))
+    assert again.status == "duplicate"
+    resent = credits(again.outputs)
+    for copy in resent:
+        p.process(copy)
+    assert p.current_state(b).state.balance == 32
+    assert [token_of(c) for c in resent] in ([], [token_of(credit)])
+    assert p.current_state(a).state.balance == 71
+    assert token_rows(table, b) == {}
+    p.retain(a, keep_last=0)  # finishes the interrupted cut
+    assert stream_rows(table, a) == expected_stream(table, a, [(3, "dep-a2")])
+    assert token_rows(table, a) == {}
+    assert f"{H}|TK-{token_of(credit)}" not in token_rows(table, b)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a checkpoint's insert holds no condition on the message's version: once "
+    "retention removed both, a stalled duplicate inserts a new one with fresh tokens",
+)
+def test_a_sender_copy_that_stalls_while_retention_runs_sends_no_new_token(
+    table: TableClient, game: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of the transfer finds its version stored (a duplicate), then
+    stalls before it reads the checkpoint; meanwhile A's retention removes
+    the transfer's version and its checkpoint, as it may once the credit went
+    out. The copy must not send the credit again under a fresh token."""
+    a, b = f"{game}-a", f"{game}-b"
+    p, credit = _credited_and_retained(table, a, b)
+    tokens = p._tokens
+    assert tokens is not None
+    read = tokens.rows.checkpoint
+
+    def stalls(*args: Any) -> Any:
+        assert p.retain(a, keep_last=0) == 2  # while the copy waits
+        return read(*args)
+
+    monkeypatch.setattr(tokens.rows, "checkpoint", stalls)
+    again = p.process(Message("t-1", a, "Transfer", {"to": b, "amount": 30}))
+    monkeypatch.undo()
+    for copy in credits(again.outputs):
+        p.process(copy)
+    assert p.current_state(b).state.balance == 32
+    assert p.current_state(a).state.balance == 71
+    assert [token_of(c) for c in credits(again.outputs)] in ([], [token_of(credit)])
+    assert token_rows(table, b) == {}
