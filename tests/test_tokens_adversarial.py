@@ -122,3 +122,29 @@ def test_a_checkpoint_left_by_a_retain_interrupted_after_the_versions_goes_with_
     assert stream_rows(table, a) == expected_stream(table, a, [])
     assert token_rows(table, a) == {}
     assert p.current_state(a).state.balance == 71
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a worker with tokens off applies a credit without consuming its token: while "
+    "tokens are turned on worker by worker, a later copy finds the token and is applied again",
+)
+def test_a_credit_applied_by_a_worker_with_tokens_still_off_is_not_applied_again(
+    table: TableClient, game: str
+) -> None:
+    """Tokens turned on worker by worker: the sender's worker has them, the
+    credit is taken by a worker that has not been restarted yet, retention
+    removes the credit's version at once (as tokens allow), and the queue
+    delivers the credit again, to a worker with tokens on."""
+    a, b = f"{game}-a", f"{game}-b"
+    publisher = InMemoryPublisher()
+    on = Processor(accounts, table, publisher, tokens=True)
+    off = Processor(accounts, table, publisher)
+    on.process(Message("t-1", a, "Transfer", {"to": b, "amount": 30}))
+    [credit] = credits(publisher.deliveries)
+    assert off.process(credit).status == "completed"
+    on.process(Message("dep-b1", b, "Deposit", {"amount": 1}))
+    on.process(Message("dep-b2", b, "Deposit", {"amount": 1}))
+    assert on.retain(b, keep_last=1) == 1
+    on.process(credit)
+    assert on.current_state(b).state.balance == 32
