@@ -11,7 +11,16 @@ from azure.data.tables import TableClient
 
 from handlers import InMemoryPublisher, Message, Processor
 from handlers.examples import accounts
-from tests.tokening import Crash, H, credits, expected_stream, stream_rows, token_of, token_rows
+from tests.tokening import (
+    Crash,
+    H,
+    credits,
+    expected_stream,
+    stream_rows,
+    token_of,
+    token_rows,
+    with_rows,
+)
 
 
 def _credited_and_retained(table: TableClient, a: str, b: str) -> tuple[Processor[Any], Message]:
@@ -152,3 +161,35 @@ def test_a_credit_applied_by_a_worker_with_tokens_still_off_is_not_applied_again
     assert on.retain(b, keep_last=1) == 1
     on.process(credit)
     assert on.current_state(b).state.balance == 32
+
+
+@pytest.mark.parametrize("first", ["stores and sends", "dies after registering"])
+def test_a_transfer_applied_again_after_an_interrupted_retain_moves_the_money_whole(
+    table: TableClient, game: str, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """The window's case: a copy of a transfer from outside that comes once
+    its version is gone is applied again. Its credit must go with it under a
+    token of its own, not under the consumed one of a checkpoint that an
+    interrupted retain left (the money would leave A and reach no one):
+    whether the copy that stores it again sends it, or dies and a duplicate
+    of it does (which reads that checkpoint first)."""
+    a, b = f"{game}-a", f"{game}-b"
+    p, credit = _credited_and_retained(table, a, b)
+    tokens = p._tokens
+    assert tokens is not None
+    _retain_dying(monkeypatch, p, a, tokens.rows, "sweep")  # after the versions
+    p.process(Message("dep-a4", a, "Deposit", {"amount": 1}))
+    transfer = Message("t-1", a, "Transfer", {"to": b, "amount": 30})
+    if first == "dies after registering":
+        dying = Processor(accounts, table, InMemoryPublisher(), tokens=True)
+        with_rows(dying, "after register")
+        with pytest.raises(Crash):
+            dying.process(transfer)
+    sent = len(p.publisher.deliveries)  # type: ignore[attr-defined]
+    again = p.process(transfer)  # forgotten: the window's case, applied again
+    assert again.status == ("completed" if first == "stores and sends" else "duplicate")
+    [resent] = credits(p.publisher.deliveries[sent:])  # type: ignore[attr-defined]
+    assert token_of(resent) != token_of(credit)
+    assert p.process(resent).status == "completed"
+    assert p.current_state(a).state.balance == 42
+    assert p.current_state(b).state.balance == 62

@@ -19,6 +19,7 @@ crash between any two.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ class Attempt:
     message_id: str
     attempt: str
     targets: Targets
+    #: The version that stored the message (a checkpoint stale at it is replaced).
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,13 @@ class Checkpoint:
     dispatched: bool = False
     #: The cut of the retention that removes its version (None: none yet).
     retained: int | None = None
+    etag: str = dataclasses.field(default="", compare=False)
+
+    def stale(self, version: int) -> bool:
+        """Whether it belongs to an earlier life of its message: retention
+        cut above that version, and the message was stored again at
+        ``version`` (a copy from outside, after the window)."""
+        return self.retained is not None and self.retained <= version
 
 
 def _packed(row_key: str, name: str, value: Any) -> Any:
@@ -116,7 +126,7 @@ class TokenRows:
             self.checkpoint_row_key(message_id),
             retry=self.store.retry,
         )
-        return None if row is None else _checkpoint(message_id, row.properties)
+        return None if row is None else _checkpoint(message_id, row.properties, row.etag)
 
     def exists(self, key: str, token: str) -> bool:
         """Whether the token is still in ``key``'s partition (one point read)."""
@@ -162,8 +172,10 @@ class TokenRows:
         (a merge of its id row in the same transaction): retention removes a
         checkpoint only after the version, so a copy that found no checkpoint
         because retention removed it cannot insert a new one, whose fresh ids
-        the receivers would take for messages never applied."""
+        the receivers would take for messages never applied. A checkpoint
+        :meth:`Checkpoint.stale` at the attempt's version is replaced."""
         pk = partition.partition_key
+        versions = {a.message_id: a.version for a in attempts}
         pending = [
             (a.message_id, TableOperation("create", {
                 "PartitionKey": pk,
@@ -186,8 +198,12 @@ class TokenRows:
                 except TableTransactionError as exc:
                     if exc.index is None or exc.status_code not in (404, 409):
                         raise
-                    message_id = batch.pop(exc.index // 2)[0]
+                    message_id = batch[exc.index // 2][0]
                     winner = self.checkpoint(partition, message_id) if exc.index % 2 == 0 else None
+                    if winner is not None and winner.stale(versions[message_id]):
+                        self._replace(partition, winner)
+                        continue
+                    del batch[exc.index // 2]
                     if winner is None:  # removed by retention: its outputs went out long ago
                         raise Retained(
                             f"the token checkpoint of message {message_id!r} was removed with "
@@ -196,6 +212,18 @@ class TokenRows:
                         ) from exc
                     stored[message_id] = winner
         return stored
+
+    def _replace(self, partition: Partition, stale: Checkpoint) -> None:
+        """Delete a stale checkpoint, unless a racing copy replaced (or
+        deleted) it first: conditional on the ETag it was read with."""
+        row_key = self.checkpoint_row_key(stale.message_id)
+        delete = TableOperation("delete", {"PartitionKey": partition.partition_key,
+                                           "RowKey": row_key}, stale.etag)  # fmt: skip
+        try:
+            submit(self.store.table, [delete], retry=self.store.retry)
+        except TableTransactionError as exc:
+            if exc.status_code not in (404, 412):
+                raise
 
     def registrations(self, partition: Partition) -> list[Registration]:
         """The key's registrations still stored (one range query)."""
@@ -306,11 +334,15 @@ def _delete(partition_key: str, row_key: str) -> TableOperation:
     return TableOperation("delete", {"PartitionKey": partition_key, "RowKey": row_key}, "*")
 
 
-def _checkpoint(message_id: str, properties: Mapping[str, Any]) -> Checkpoint:
+def _checkpoint(message_id: str, properties: Mapping[str, Any], etag: str = "") -> Checkpoint:
     tokens = _packed(f"checkpoint of {message_id!r}", "Tokens", properties.get("Tokens"))
     retained = properties.get(RETAINED)
     if not isinstance(retained, int) or isinstance(retained, bool):
         retained = None
     return Checkpoint(
-        message_id, tuple(str(t) for t in tokens), bool(properties.get("Dispatched")), retained
+        message_id,
+        tuple(str(t) for t in tokens),
+        bool(properties.get("Dispatched")),
+        retained,
+        etag,
     )

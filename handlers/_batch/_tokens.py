@@ -128,10 +128,12 @@ class Tokens:
             found = self.rows.checkpoint(partition, message_id)
             if found is not None:
                 checkpoints[message_id] = found
+        versions = {m: step.version or 0 for m, step in first.items()}
+        checkpoints = {m: c for m, c in checkpoints.items() if not c.stale(versions[m])}
         attempts = [
             Attempt(message_id, uuid.uuid4().hex, tuple(
                 (o.key, uuid.uuid4().hex) for o in step.outputs if self.carries(o.type)
-            ))
+            ), versions[message_id])
             for message_id, step in first.items()
             if message_id not in checkpoints
         ]  # fmt: skip
