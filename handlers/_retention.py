@@ -65,6 +65,7 @@ def retain(
     removed = _removable(strategy, now, stream, keep_last, older_than, keep_from, tokens)
     if len(removed) < at_least and not _interrupted(stream):
         removed = []  # fewer, larger cuts: wait until at_least versions can go
+    retained: list[str] = []
     if removed:
         cut = removed[-1].version + 1
         stream = _record_cut(strategy, stream, max(r.now for r in removed), cut)
@@ -72,12 +73,14 @@ def retain(
         store.delete_records(partition, [d for r in removed for d in r.records])
         strategy.before_truncate(partition, removed)
         if tokens is not None:
-            tokens.forget(partition, removed)
+            retained = tokens.forget(partition, removed, cut)
     else:
         cut = first
     if cut > 1:
         # Also sweeps what an interrupted call left below the header's cut.
         stream = store.truncate(stream, max(cut, stream.first_version))
+    if tokens is not None and retained:  # after their versions: see TokenRows.record
+        tokens.rows.sweep(partition, retained)
     if cache is not None:
         cache.put(stream)  # the header as this call left it
     return len(removed)

@@ -12,11 +12,14 @@ crash between any two.
   each output), so whatever an attempt created can be found and removed.
 - ``{handler}|TC-{message id}``: the checkpoint, in the sending key's
   partition, inserted once: ``Tokens`` (msgpack: the token ids, in the order
-  of the outputs that carry them) and ``Dispatched``, set once they went out.
+  of the outputs that carry them) and ``Dispatched``, set once they went out;
+  ``Retained``, the cut of the retention that removes its version: the row
+  goes only after the version (a copy of the message finds one or the other).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,12 +33,20 @@ from .._messages._codec import pack, unpack
 from .._publish import transactions
 from .._store import CHECKPOINT_PREFIX, REGISTRATION_PREFIX, StateStore
 
-__all__ = ["Attempt", "Checkpoint", "Registration", "TokenRows"]
+__all__ = ["Attempt", "Checkpoint", "Registration", "Retained", "TokenRows"]
+
+#: A checkpoint's property: the cut of the retention removing its version.
+RETAINED = "Retained"
 
 T = TypeVar("T")
 
 #: The pairs an attempt registers: the receiving key and the token id, per output.
 Targets = tuple[tuple[str, str], ...]
+
+
+class Retained(RuntimeError):
+    """A message's checkpoint and version were removed by retention while a
+    copy was sending: its outputs went out long ago, under ids now lost."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,8 @@ class Attempt:
     message_id: str
     attempt: str
     targets: Targets
+    #: The version that stored the message (a checkpoint stale at it is replaced).
+    version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +76,15 @@ class Checkpoint:
     message_id: str
     tokens: tuple[str, ...]
     dispatched: bool = False
+    #: The cut of the retention that removes its version (None: none yet).
+    retained: int | None = None
+    etag: str = dataclasses.field(default="", compare=False)
+
+    def stale(self, version: int) -> bool:
+        """Whether it belongs to an earlier life of its message: retention
+        cut above that version, and the message was stored again at
+        ``version`` (a copy from outside, after the window)."""
+        return self.retained is not None and self.retained <= version
 
 
 def _packed(row_key: str, name: str, value: Any) -> Any:
@@ -104,7 +126,7 @@ class TokenRows:
             self.checkpoint_row_key(message_id),
             retry=self.store.retry,
         )
-        return None if row is None else _checkpoint(message_id, row.properties)
+        return None if row is None else _checkpoint(message_id, row.properties, row.etag)
 
     def exists(self, key: str, token: str) -> bool:
         """Whether the token is still in ``key``'s partition (one point read)."""
@@ -144,35 +166,64 @@ class TokenRows:
     def record(self, partition: Partition, attempts: Sequence[Attempt]) -> dict[str, Checkpoint]:
         """Insert each attempt's checkpoint, once: where one is stored already
         (a racing copy's, or ours whose answer was lost), it is read and it
-        stands. The checkpoint of each message, as stored."""
+        stands. The checkpoint of each message, as stored.
+
+        Each insert is conditional on its message's version still being stored
+        (a merge of its id row in the same transaction): retention removes a
+        checkpoint only after the version, so a copy that found no checkpoint
+        because retention removed it cannot insert a new one, whose fresh ids
+        the receivers would take for messages never applied. A checkpoint
+        :meth:`Checkpoint.stale` at the attempt's version is replaced."""
+        pk = partition.partition_key
+        versions = {a.message_id: a.version for a in attempts}
         pending = [
             (a.message_id, TableOperation("create", {
-                "PartitionKey": partition.partition_key,
+                "PartitionKey": pk,
                 "RowKey": self.checkpoint_row_key(a.message_id),
                 "Tokens": pack([token for _, token in a.targets]),
                 "Dispatched": False,
-            }))
+            }), TableOperation("update_merge", {
+                "PartitionKey": pk, "RowKey": partition.id_row_key(a.message_id)
+            }, "*"))
             for a in attempts
         ]  # fmt: skip
         stored = {a.message_id: Checkpoint(a.message_id, tuple(t for _, t in a.targets))
                   for a in attempts}  # fmt: skip
-        for batch in _chunks(pending, lambda p: p[1]):
+        for batch in _chunks(pending, lambda p: p[1], per_item=2):
             while batch:
                 try:
-                    submit(self.store.table, [op for _, op in batch], retry=self.store.retry)
+                    ops = [op for _, insert, stored_ in batch for op in (insert, stored_)]
+                    submit(self.store.table, ops, retry=self.store.retry)
                     break
                 except TableTransactionError as exc:
-                    if exc.status_code != 409 or exc.index is None:
+                    if exc.index is None or exc.status_code not in (404, 409):
                         raise
-                    message_id = batch.pop(exc.index)[0]
-                    winner = self.checkpoint(partition, message_id)
+                    message_id = batch[exc.index // 2][0]
+                    winner = self.checkpoint(partition, message_id) if exc.index % 2 == 0 else None
+                    if winner is not None and winner.stale(versions[message_id]):
+                        self._replace(partition, winner)
+                        continue
+                    del batch[exc.index // 2]
                     if winner is None:  # removed by retention: its outputs went out long ago
-                        raise RuntimeError(
-                            f"the token checkpoint of message {message_id!r} was removed while "
-                            "it was being read: its outputs were dispatched and retained"
+                        raise Retained(
+                            f"the token checkpoint of message {message_id!r} was removed with "
+                            "its version by retention: its outputs were dispatched, and no "
+                            "new token may be made for them"
                         ) from exc
                     stored[message_id] = winner
         return stored
+
+    def _replace(self, partition: Partition, stale: Checkpoint) -> None:
+        """Delete a stale checkpoint, unless a racing copy replaced (or
+        deleted) it first: conditional on the ETag it was read with."""
+        row_key = self.checkpoint_row_key(stale.message_id)
+        delete = TableOperation("delete", {"PartitionKey": partition.partition_key,
+                                           "RowKey": row_key}, stale.etag)  # fmt: skip
+        try:
+            submit(self.store.table, [delete], retry=self.store.retry)
+        except TableTransactionError as exc:
+            if exc.status_code not in (404, 412):
+                raise
 
     def registrations(self, partition: Partition) -> list[Registration]:
         """The key's registrations still stored (one range query)."""
@@ -214,12 +265,24 @@ class TokenRows:
         return found
 
     def forget(
-        self, partition: Partition, message_ids: Sequence[str], registrations: Sequence[str]
+        self, partition: Partition, message_ids: Sequence[str], leftovers: Sequence[str], cut: int
     ) -> None:
-        """Delete these checkpoints and registrations (those already gone are skipped)."""
+        """Mark these checkpoints as retained below ``cut`` (each stays until
+        the version is removed) and delete these registrations, ``leftovers``
+        (rows already gone are skipped)."""
         pk = partition.partition_key
-        rows = [self.checkpoint_row_key(m) for m in message_ids] + list(registrations)
-        self._submit([_delete(pk, r) for r in dict.fromkeys(rows)], skip=404)
+        ops = [
+            TableOperation("update_merge", {"PartitionKey": pk, "RowKey":
+                           self.checkpoint_row_key(m), RETAINED: cut}, "*")
+            for m in dict.fromkeys(message_ids)
+        ]  # fmt: skip
+        ops += [_delete(pk, r) for r in dict.fromkeys(leftovers)]
+        self._submit(ops, skip=404)
+
+    def sweep(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        """Delete these checkpoints, once their versions are removed."""
+        rows = [self.checkpoint_row_key(m) for m in dict.fromkeys(message_ids)]
+        self._submit([_delete(partition.partition_key, r) for r in rows], skip=404)
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -251,15 +314,19 @@ class TokenRows:
                     del batch[exc.index]
 
 
-def _chunks(items: Sequence[T], op: Callable[[T], TableOperation]) -> list[list[T]]:
-    """The items in transactions: at most 100 operations and about 4 MiB each."""
+def _chunks(
+    items: Sequence[T], op: Callable[[T], TableOperation], per_item: int = 1
+) -> list[list[T]]:
+    """The items in transactions: at most 100 operations and about 4 MiB
+    each, an item being ``per_item`` operations the size of ``op``'s."""
     if not items:
         return []
     chunks: list[list[T]] = []
     rest = list(items)
     for sized in transactions([dict(op(item).entity) for item in items]):
-        chunks.append(rest[: len(sized)])
-        rest = rest[len(sized) :]
+        for start in range(0, len(sized), 100 // per_item):
+            chunks.append(rest[: min(len(sized) - start, 100 // per_item)])
+            rest = rest[len(chunks[-1]) :]
     return chunks
 
 
@@ -267,6 +334,15 @@ def _delete(partition_key: str, row_key: str) -> TableOperation:
     return TableOperation("delete", {"PartitionKey": partition_key, "RowKey": row_key}, "*")
 
 
-def _checkpoint(message_id: str, properties: Mapping[str, Any]) -> Checkpoint:
+def _checkpoint(message_id: str, properties: Mapping[str, Any], etag: str = "") -> Checkpoint:
     tokens = _packed(f"checkpoint of {message_id!r}", "Tokens", properties.get("Tokens"))
-    return Checkpoint(message_id, tuple(str(t) for t in tokens), bool(properties.get("Dispatched")))
+    retained = properties.get(RETAINED)
+    if not isinstance(retained, int) or isinstance(retained, bool):
+        retained = None
+    return Checkpoint(
+        message_id,
+        tuple(str(t) for t in tokens),
+        bool(properties.get("Dispatched")),
+        retained,
+        etag,
+    )

@@ -11,15 +11,16 @@ the publisher, then :meth:`Tokens.after_dispatch`):
 1. register: a row per attempt in its own partition, naming the attempt's
    fresh token ids, before any exists, so that a cleanup finds them all;
 2. create: the tokens, in each receiving key's partition;
-3. checkpoint: a row per message recording the ids, inserted once; a racing
-   copy whose insert fails reads the winner's ids and uses them;
+3. checkpoint: a row per message recording the ids, inserted once and only
+   while the message's version is stored; a racing copy whose insert fails
+   reads the winner's ids and uses them;
 4. dispatch: each output carries its token in the ``ss-token`` header
    (``{handler}:{token id}``: another handler that takes the same type reads
    it as a message from outside);
 5. finish: the tokens of attempts that lost are deleted (no output carries
    them), the attempt's registration too, and the checkpoint is marked
-   dispatched; retention removes the checkpoint with the version, and what
-   other attempts registered.
+   dispatched; retention removes what other attempts registered, then the
+   version, and the checkpoint last (a copy finds one or the other).
 
 A retry before the checkpoint makes new ids (the old ones are garbage, found
 through their registration); after it, the recorded ids go out again and no
@@ -42,7 +43,7 @@ from streamstone_py import Include, Partition
 from .._messages._message import Message
 from .._outcome import Plan, Step
 from .._store import TOKEN_HEADER, StoredVersion
-from ._token_rows import Attempt, Checkpoint, Registration, TokenRows
+from ._token_rows import Attempt, Checkpoint, Registration, Retained, TokenRows
 
 __all__ = ["PLACEHOLDER", "Sending", "Tokens", "consumed_token"]
 
@@ -127,10 +128,12 @@ class Tokens:
             found = self.rows.checkpoint(partition, message_id)
             if found is not None:
                 checkpoints[message_id] = found
+        versions = {m: step.version or 0 for m, step in first.items()}
+        checkpoints = {m: c for m, c in checkpoints.items() if not c.stale(versions[m])}
         attempts = [
             Attempt(message_id, uuid.uuid4().hex, tuple(
                 (o.key, uuid.uuid4().hex) for o in step.outputs if self.carries(o.type)
-            ))
+            ), versions[message_id])
             for message_id, step in first.items()
             if message_id not in checkpoints
         ]  # fmt: skip
@@ -142,7 +145,13 @@ class Tokens:
                     by_key[key].append((token, attempt.message_id, partition.partition_key))
             for key, tokens in by_key.items():
                 self.rows.create(key, tokens)
-            checkpoints.update(self.rows.record(partition, attempts))
+            try:
+                checkpoints.update(self.rows.record(partition, attempts))
+            except Retained:  # none of this attempt's tokens may ever be consumed
+                own = self._own(attempts)
+                self._delete_garbage(own.values(), {})
+                self.rows.finish(partition, [], list(own))
+                raise
         for message_id, steps in groups.items():
             for step in steps:
                 step.outputs = self._carrying(step.outputs, checkpoints[message_id])
@@ -172,18 +181,22 @@ class Tokens:
         Another attempt's registration is left for its owner (or for
         retention, which removes it with the message's version): that attempt
         may still be creating its tokens, and its row is what finds them."""
-        own = {
-            self.rows.registration_row_key(a.message_id, a.attempt): Registration(
-                self.rows.registration_row_key(a.message_id, a.attempt), a.message_id, a.targets
-            )
-            for a in sending.own
-        }
+        own = self._own(sending.own)
         found = self.rows.registrations(sending.partition) if sending.earlier else []
         others = [r for r in found if r.message_id in sending.checkpoints and r.row_key not in own]
         self._delete_garbage([*own.values(), *others], sending.checkpoints)
         undispatched = [m for m, c in sending.checkpoints.items() if not c.dispatched]
         if undispatched or own:
             self.rows.finish(sending.partition, undispatched, list(own))
+
+    def _own(self, attempts: Iterable[Attempt]) -> dict[str, Registration]:
+        """The registrations of these attempts, by row key."""
+        return {
+            self.rows.registration_row_key(a.message_id, a.attempt): Registration(
+                self.rows.registration_row_key(a.message_id, a.attempt), a.message_id, a.targets
+            )
+            for a in attempts
+        }
 
     def _delete_garbage(
         self, registrations: Iterable[Registration], checkpoints: dict[str, Checkpoint]
@@ -215,16 +228,20 @@ class Tokens:
         ]
         return min(cut, min(held) - 1) if held else cut
 
-    def forget(self, partition: Partition, removed: Sequence[StoredVersion]) -> None:
-        """Before retention removes versions: their checkpoints (their outputs
-        went out), and what racing attempts of their messages left behind."""
+    def forget(self, partition: Partition, removed: Sequence[StoredVersion], cut: int) -> list[str]:
+        """Before retention removes versions below ``cut``: what racing
+        attempts of their messages left behind goes, and their checkpoints are
+        marked. Returns the checkpoints to delete once the versions are gone
+        (these, and any an interrupted call marked below ``cut``)."""
         ids = {r.message_id for r in removed if r.tokens}
-        if not ids:
-            return
-        checkpoints = {m: c for m, c in self.rows.checkpoints(partition).items() if m in ids}
-        leftovers = [r for r in self.rows.registrations(partition) if r.message_id in ids]
-        self._delete_garbage(leftovers, checkpoints)
-        self.rows.forget(partition, sorted(ids), [r.row_key for r in leftovers])
+        stored = self.rows.checkpoints(partition) if ids else {}
+        if ids:
+            checkpoints = {m: c for m, c in stored.items() if m in ids}
+            leftovers = [r for r in self.rows.registrations(partition) if r.message_id in ids]
+            self._delete_garbage(leftovers, checkpoints)
+            self.rows.forget(partition, sorted(ids), [r.row_key for r in leftovers], cut)
+        marked = [m for m, c in stored.items() if c.retained is not None and c.retained <= cut]
+        return sorted(ids | set(marked))
 
 
 def consumed_token(tokens: Tokens, messages: Sequence[Message], row_key: str) -> Message | None:
