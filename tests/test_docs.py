@@ -55,15 +55,19 @@ def _doc_blocks() -> list[object]:
 
 
 #: Runs the blocks given on its standard input one after another, each in a
-#: namespace of its own, and stops at the first that fails, naming it.
+#: namespace of its own, and stops at the first that fails or leaves its
+#: Spark session running (a reader's block alone starts a session of its own).
 _CELLS = """
 import json, sys, traceback
+from pyspark.sql import SparkSession
 for name, code in json.load(sys.stdin):
     try:
         exec(compile(code, name, "exec"), {"__name__": "__main__"})
     except BaseException:
         traceback.print_exc()
         sys.exit(f"{name} failed")
+    if SparkSession.getActiveSession() is not None:  # the next would run on its session
+        sys.exit(f"{name} left its Spark session running")
 """
 
 
