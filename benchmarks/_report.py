@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from _report_format import Record
-from _report_queue import queue_section
+from _report_queue import queue_path_section, queue_section
 from _report_runtime import (
     async_section,
     engine_section,
@@ -39,6 +39,7 @@ SECTIONS: tuple[Callable[[list[Record], Path, str], list[str]], ...] = (
     compression_section,
     retention_section,
     queue_section,
+    queue_path_section,
     async_section,
     task_profile_section,
 )
@@ -64,6 +65,12 @@ def render(result: dict[str, Any], docs: Path, name: str) -> Path:
             f"({r['minutes']} minutes, `run_all.py --rerun`): its figures, and their peers, "
             "come from that run."
             for r in result.get("reruns", [])
+        ),
+        *(
+            f" The run stopped at a failed script and was resumed on "
+            f"{r['started'][:16].replace('T', ' ')} UTC (`run_all.py --resume`) with "
+            f"{', '.join(f'`{s}`' for s in r['scripts'])}, against a fresh Azurite."
+            for r in result.get("resumed", [])
         ),
         "",
         "| machine | |",

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from _report_format import Record, find, num, plot, section
+from _report_format import Record, find, num, plot, section, table
 
 #: The queue consumer's sides: the bare loop, then each processor, by record suffix.
 QUEUE_SIDES = (
     ("bare loop", None),
-    ("consumer (wire)", ""),
-    ("consumer (wire, header cache)", ".header_cache"),
+    ("consumer (defaults: wire, its own header cache)", ""),
+    ("consumer (wire, no header cache)", ".no_header_cache"),
     ("consumer (SDK table client)", ".sdk_table"),
 )
 
@@ -78,7 +78,8 @@ def queue_section(records: list[Record], images: Path, name: str) -> list[str]:
         "sent in rounds of `queue_depth` (Azurite's Queue service slows with the messages a "
         "queue holds), each round started on idle Azurite processes (a run during which "
         "Azurite swept its queue store is run again); the sides take turns. The consumer's "
-        "processor runs on the wire runner's client; `.header_cache` adds a `HeaderCache`, "
+        "processor runs on the wire runner's client with the `HeaderCache` the consumer gives "
+        "it (its default); `.no_header_cache` takes that cache away, "
         "`.sdk_table` puts it on the SDK's `TableClient`. `queue.split.*`: milliseconds per "
         "message, elapsed time summed over threads (receive, delete, process, process.table) "
         "or CPU (`.cpu`, the client process's `cpu`, and the Azurite processes' "
@@ -106,3 +107,23 @@ def queue_section(records: list[Record], images: Path, name: str) -> list[str]:
             "",
         ]
     return lines
+
+
+def queue_path_section(records: list[Record], images: Path, name: str) -> list[str]:
+    """The Spark queue source's profile, Azurite's Queue service by depth, and
+    a task's memory by keys (tables, no plot)."""
+    parts = [
+        ("profile.spark_queue.", "The Spark queue source's profile (`profile_spark_queue.py`): "
+         "each part's share of the job's time, the file source's share beside; then one "
+         "batch's receive and one task's deletes alone."),
+        ("azurite.queue.", "Azurite's Queue service by depth (`bench_azurite_queue.py`): one "
+         "request at a time on a queue kept at each depth, beside the same at 100 deep."),
+        ("task.memory.", "A task's memory by keys (`bench_task_memory.py`): the task body in a "
+         "fresh process, one message per key, beside the same over fewer keys."),
+    ]  # fmt: skip
+    lines: list[str] = []
+    for prefix, intro in parts:
+        shown = [r for r in records if r["name"].startswith(prefix)]
+        if shown:
+            lines += [intro, "", *table(shown), ""]
+    return ["## The queue path, Azurite's queues and a task's memory", "", *lines] if lines else []

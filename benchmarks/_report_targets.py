@@ -114,10 +114,17 @@ def targets(records: list[Record]) -> list[str]:
         ratio("spark.pipeline.vs_ceiling"),
     )
     add(
-        "queue consumer, 1 message per key, vs a bare receive-and-delete loop (throughput)",
+        "queue consumer with its defaults, 1 message per key, vs a bare receive-and-delete "
+        "loop (throughput)",
         "≥ 0.5x",
         ratio("queue.consumer"),
     )
+    add("Spark queue source vs the file source, demo workload", "≥ 0.5x",
+        ratio("spark.queue_source"))  # fmt: skip
+    add("Spark queue source vs a QueueConsumer with as many threads", "≥ 0.8x",
+        ratio("spark.queue_source.vs_consumer"))  # fmt: skip
+    add("a task's peak memory, 100,000 keys x 1 vs 1,000 keys x 1", "≤ 1.5x",
+        ratio("task.memory.peak"))  # fmt: skip
     pipeline = ratio("spark.pipeline")
     if pipeline is not None:
         rows.append(

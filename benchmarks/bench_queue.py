@@ -8,7 +8,8 @@
   that deletes each page's messages over W threads, one task per message as
   the consumer spreads one task per key (target: at least 0.5x). The
   processor runs on the wire runner's client (``TableConfig``'s default),
-  without a header cache (``Processor``'s default). Every side drains the
+  with the ``HeaderCache`` the consumer gives a processor that has none
+  (its default: a new key, one table request). Every side drains the
   same messages (base64 of ``encode_envelope``) from a fresh queue, filled
   before each round and not timed: the messages go in rounds of 500 (the
   queue never holds more; 300 in one round with ``--quick``), since Azurite's
@@ -19,13 +20,13 @@
   Queue service sweeps its store of message texts, for seconds of CPU per
   thousand messages sent since (over a minute after a few thousand), during
   which its requests wait.
-- ``queue.consumer.header_cache``: the same, its processor with a
-  ``HeaderCache`` (a new key: one request to the table, not two), and
+- ``queue.consumer.no_header_cache``: the same, the consumer's
+  ``HeaderCache`` taken away (a new key: two requests to the table), and
   ``queue.consumer.sdk_table``: its processor on the SDK's ``TableClient``
   (as ``TableClient.from_connection_string`` builds it) instead of the wire
   runner's client, each beside the same bare loop's runs. The four sides run
   in turn, each repeat starting with the next one, so drift hits all alike.
-- ``queue.split.*`` (``.header_cache``, ``.sdk_table``): where each side's
+- ``queue.split.*`` (``.no_header_cache``, ``.sdk_table``): where each side's
   time goes, from timers in the same runs, in milliseconds per message:
   ``receive`` (HTTP time of the receives, one page at a time), ``delete``
   (around ``delete_message``), ``process`` (around ``process_batch``) and
@@ -38,8 +39,8 @@
   sides' rates.
 - ``queue.profile.*``: one profiled consumer run over half as many messages
   (cProfile on every thread, timed by each thread's CPU clock; the wire
-  runner's client, no cache): the client's CPU by package, and its top
-  functions.
+  runner's client, the consumer's defaults): the client's CPU by package,
+  and its top functions.
 
 The consumer's and split's figures are drawn here; the sides and their checks
 are in ``_queue_sides.py``, the timers and meters in ``_queue_meter.py``, and
@@ -68,7 +69,7 @@ from _queue_sides import PAGE, Bench, TableKind, texts_for
 #: The consumer's records: its processor's table client, and the name's suffix.
 VARIANTS: tuple[tuple[TableKind, str], ...] = (
     ("wire", ""),
-    ("cache", ".header_cache"),
+    ("nocache", ".no_header_cache"),
     ("sdk", ".sdk_table"),
 )
 
@@ -76,7 +77,7 @@ VARIANTS: tuple[tuple[TableKind, str], ...] = (
 def bench_consumer(bench: Bench, repeats: int) -> None:
     """The consumer on each processor and the bare loop, in turn, each repeat
     starting with the next side (drift hits all of them alike)."""
-    runs: dict[str, list[Run]] = {"wire": [], "bare": [], "cache": [], "sdk": []}
+    runs: dict[str, list[Run]] = {"wire": [], "bare": [], "nocache": [], "sdk": []}
 
     def side(name: str) -> Run:
         for _ in range(3):  # a run that a sweep of Azurite's disturbed is run again

@@ -11,6 +11,11 @@ script and ``profile_task.py`` against it (each prints JSON lines, the format
   writes ``docs/benchmarks-quick.md`` instead, so it never replaces the
   recorded full run).
 
+The results file is written after each script, with ``unfinished`` naming
+the scripts not yet run, so that a script that fails its checks loses no
+other script's figures: ``--resume RESULTS.json`` runs those left, against a
+fresh Azurite, and finishes the file (the report names the resumption).
+
 ``--rerun SCRIPT RESULTS.json`` runs one script again against a fresh Azurite
 and replaces that script's records in the file (each ratio's peer is still
 measured in the same run as its value); the report names the rerun and when.
@@ -41,7 +46,10 @@ SCRIPTS = (
     "bench_storage.py",
     "bench_queue.py",
     "bench_spark_queue.py",
+    "bench_azurite_queue.py",
+    "bench_task_memory.py",
     "profile_task.py",
+    "profile_spark_queue.py",
 )
 
 
@@ -81,7 +89,10 @@ def run_script(script: str, quick: bool) -> list[dict[str, Any]]:
     args = [sys.executable, str(ROOT / "benchmarks" / script), *(["--quick"] if quick else [])]
     done = subprocess.run(args, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"{script} failed (exit {done.returncode}); its checks are above")
+        raise SystemExit(
+            f"{script} failed (exit {done.returncode}); its checks are above; the figures "
+            "before it are kept: run_all.py --resume <results file> runs the rest"
+        )
     records = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
     return [{**r, "script": script} for r in records]
 
@@ -96,6 +107,11 @@ def main() -> int:
         metavar=("SCRIPT", "JSON"),
         help="run one script again (its peers in the same run) and replace its records in a "
         "results file, noting when; then render the report",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="JSON",
+        help="run the scripts a results file left unfinished (one failed), then the report",
     )
     args = parser.parse_args()
     if args.rerun:
@@ -126,29 +142,54 @@ def main() -> int:
         suffix = "-quick" if result["quick"] else ""
         log(f"wrote {render(result, ROOT / 'docs', f'benchmarks{suffix}').relative_to(ROOT)}")
         return 0
+    if args.resume:
+        path = Path(args.resume).resolve()
+        result = json.loads(path.read_text())
+        if not result.get("unfinished"):
+            parser.error(f"--resume: {path} has no script left to run")
+        started = datetime.datetime.now(datetime.UTC)
+        result.setdefault("resumed", []).append(
+            {"scripts": result["unfinished"], "started": started.isoformat(timespec="seconds")}
+        )
+        return run_scripts(result, path, list(result["unfinished"]))
     started = datetime.datetime.now(datetime.UTC)
-    records: list[dict[str, Any]] = []
-    with account(queues=True) as connection_string:
-        os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
-        for script in SCRIPTS:
-            records += run_script(script, args.quick)
-    finished = datetime.datetime.now(datetime.UTC)
     result = {
         "date": started.date().isoformat(),
         "started": started.isoformat(timespec="seconds"),
-        "minutes": round((finished - started).total_seconds() / 60, 1),
         "quick": args.quick,
         "machine": machine(),
-        "measurements": records,
+        "measurements": [],
     }
     suffix = "-quick" if args.quick else ""
-    out = ROOT / "benchmarks" / "results" / f"{result['date']}{suffix}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    path = ROOT / "benchmarks" / "results" / f"{result['date']}{suffix}.json"
+    return run_scripts(result, path, list(SCRIPTS))
+
+
+def run_scripts(result: dict[str, Any], path: Path, scripts: list[str]) -> int:
+    """Run ``scripts`` against one Azurite, writing ``path`` after each; on
+    the first that fails, stop (its checks are above) with the rest left to
+    ``--resume``; at the end, the report."""
+    started, before = datetime.datetime.now(datetime.UTC), result.get("minutes", 0.0)
+
+    def save() -> None:
+        elapsed = (datetime.datetime.now(datetime.UTC) - started).total_seconds() / 60
+        result["minutes"] = round(before + elapsed, 1)
+        path.write_text(json.dumps(result, indent=1) + "\n")
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with account(queues=True) as connection_string:
+        os.environ["STREAMSTONE_CONNECTION_STRING"] = connection_string
+        for n, script in enumerate(scripts):
+            result["unfinished"] = scripts[n:]  # what --resume runs if this one fails
+            save()
+            result["measurements"] += run_script(script, result["quick"])
+    del result["unfinished"]
+    save()
     from _report import render
 
+    suffix = "-quick" if result["quick"] else ""
     report = render(result, ROOT / "docs", f"benchmarks{suffix}")
-    log(f"wrote {out.relative_to(ROOT)} and {report.relative_to(ROOT)}")
+    log(f"wrote {path.relative_to(ROOT)} and {report.relative_to(ROOT)}")
     return 0
 
 

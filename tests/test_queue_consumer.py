@@ -328,3 +328,34 @@ def test_keys_not_started_when_stopping_are_released_at_once(
     rest = QueueConsumer(Processor(tally, table, InMemoryPublisher()), queue)
     assert rest.run(until_empty=True).completed == 2  # visible again at once, not after 30 s
     assert sorted(processor.current_state(k).version for k in keys) == [1, 1, 1]
+
+
+def test_a_consumer_gives_a_processor_without_a_cache_its_own_and_keeps_one_given(
+    connection_string: str, table: TableClient, queue: QueueClient
+) -> None:
+    from handlers import HeaderCache
+    from tests.test_handlers_cache import counted
+
+    client, plan = counted(connection_string, table)
+    publisher = InMemoryPublisher()
+    processor = Processor(tally, client, publisher)
+    consumer = QueueConsumer(processor, queue)
+    assert isinstance(processor.cache, HeaderCache)  # the processor's own from now on
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"k{n}-{tag}" for n in range(5)]
+    for n, key in enumerate(keys, start=1):
+        send(queue, add(n, key, n))
+
+    stats = consumer.run(until_empty=True)
+
+    assert (stats.received, stats.completed, stats.duplicates, stats.poisoned) == (5, 5, 0, 0)
+    assert plan.requests == 5  # a new key: one request (without the cache: a read and a write)
+    assert states(processor, *keys) == {
+        key: (1, Tally(n, [f"m-{n}"])) for n, key in enumerate(keys, start=1)
+    }
+    assert sorted((m.key, m.body) for m in publisher.deliveries) == [
+        (key, {"total": n, "by": f"m-{n}"}) for n, key in enumerate(keys, start=1)
+    ]
+    mine = HeaderCache(max_entries=10)
+    given = Processor(tally, client, publisher, cache=mine)
+    assert QueueConsumer(given, queue).processor.cache is mine

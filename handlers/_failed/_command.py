@@ -23,10 +23,10 @@ from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueClient
 
 from .._messages._envelope import json_data
-from .._queues._account import QueueConfig, check_queue_name
+from .._queues._account import QueueConfig, check_queue_name, queue_beside
 from .._queues._publisher import POISON_SUFFIX
 from ._select import PoisonFilter, PoisonSummary
-from ._sendback import purge_poison, queue_beside, send_back
+from ._sendback import purge_poison, send_back
 from ._shelf import ShelvedEntry, find_poison, not_seen, poison_depth, read_poison
 
 __all__ = ["build_parser", "main"]

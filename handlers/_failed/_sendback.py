@@ -24,12 +24,13 @@ from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
 from .._messages._envelope import encode_envelope, read_queue_text
+from .._queues._account import queue_beside
 from .._queues._poison import NEVER
 from .._queues._publisher import POISON_SUFFIX
 from ._select import PoisonFilter
 from ._shelf import ShelvedEntry, held, not_seen
 
-__all__ = ["PurgeReport", "SendBackReport", "purge_poison", "queue_beside", "send_back"]
+__all__ = ["PurgeReport", "SendBackReport", "purge_poison", "send_back"]
 
 _log = logging.getLogger(__name__)
 
@@ -75,13 +76,6 @@ def _text(shelved: ShelvedEntry) -> str:
     except ValueError:  # no id of its own: the one the consumer gave it, written in
         return base64.b64encode(encode_envelope(shelved.message).encode()).decode()
     return shelved.entry.content
-
-
-def queue_beside(poison: QueueClient, name: str) -> QueueClient:
-    """The queue ``name`` in ``poison``'s account, with its credential."""
-    url, _, query = poison.url.partition("?")
-    url = f"{url.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
-    return QueueClient.from_queue_url(url, credential=poison.credential)
 
 
 def _delete(poison: QueueClient, received: Any) -> bool:

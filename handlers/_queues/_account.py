@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
-from azure.storage.queue import QueueServiceClient
+from azure.storage.queue import QueueClient, QueueServiceClient
 
 from streamstone_py import TableConfig
 
-__all__ = ["QUEUE_NAME", "QueueConfig", "check_queue_name"]
+__all__ = ["QUEUE_NAME", "QueueConfig", "check_queue_name", "queue_beside"]
 
 #: Azure's rule for queue names: 3 to 63 lowercase letters, digits and single
 #: hyphens, starting and ending with a letter or digit.
@@ -29,6 +29,14 @@ def check_queue_name(name: str, what: str = "queue") -> str:
             "and single hyphens, starting and ending with a letter or digit"
         )
     return name
+
+
+def queue_beside(queue: QueueClient, name: str) -> QueueClient:
+    """The queue ``name`` in ``queue``'s account, with its credential (a SAS
+    in the URL's query stays on it)."""
+    url, _, query = queue.url.partition("?")
+    url = f"{url.rsplit('/', 1)[0]}/{name}" + (f"?{query}" if query else "")
+    return QueueClient.from_queue_url(url, credential=queue.credential)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 from azure.core.exceptions import AzureError
 from azure.storage.queue import QueueClient, QueueMessage
 
+from .._cache import HeaderCache
 from .._messages._admission import Refused, SentAt, admit_text
 from .._messages._message import Message
 from .._outcome import utcnow
@@ -43,7 +44,7 @@ from ._breaker import Breaker
 from ._locks import Held, LockRenewal, signals_call, text_of
 from ._poison import PoisonEntry, poison_queue_of
 from ._publisher import poison_name_refusal
-from ._rounds import process_until_settled
+from ._rounds import process_until_settled, received_too_often
 from ._settling import ConsumerStats, QueueOutcome, Settler
 
 __all__ = ["ConsumerStats", "PoisonEntry", "QueueConsumer", "QueueOutcome"]
@@ -98,6 +99,11 @@ class QueueConsumer:
     ``<queue>-poison`` must be a valid queue name (the queue's at most 56
     characters) unless ``poison_queue`` is given.
 
+    A processor without a header cache is given one (a :class:`HeaderCache`
+    with its default bounds, the processor's own from then on, shared with
+    whatever else uses that processor): a new key costs one table request,
+    not two. Pass ``Processor(..., cache=...)`` to size or share your own.
+
     :meth:`run` receives until :meth:`stop`; :meth:`stop_on_signals` makes
     SIGTERM and Ctrl-C call it. The processor's publisher must be thread-safe.
     """
@@ -138,6 +144,8 @@ class QueueConsumer:
         too_long = poison_name_refusal(queue.queue_name) if poison_queue is None else None
         if too_long is not None:
             raise ValueError(too_long)
+        if processor.cache is None:  # see the docstring: the processor owns it from now on
+            processor.cache = HeaderCache()
         self.processor = processor
         self.queue = queue
         self.poison_queue = poison_queue or poison_queue_of(queue)
@@ -277,7 +285,9 @@ class QueueConsumer:
         """A key's messages of this page, each completed, abandoned or poisoned
         once settled (see ``_rounds``); released at once when stopping."""
         settle = self._settle
-        items = self._received_too_often(key, items)
+        items = received_too_often(
+            items, self.max_dequeue_count, settle, lambda m: self._stored(key, m), self._stop.is_set
+        )
         done: set[int] = set()
 
         def kept(index: int, outcome: Any) -> None:
@@ -305,35 +315,6 @@ class QueueConsumer:
                 if index not in done:
                     why = f"{type(exc).__name__}: {exc}"
                     settle.release(held, settle.later(held), message, why)
-
-    def _received_too_often(
-        self, key: str, items: list[tuple[Held, Message]]
-    ) -> list[tuple[Held, Message]]:
-        """The key's messages to process. One received more than
-        ``max_dequeue_count`` times is processed only if it is stored (a
-        duplicate: its outputs published again, then deleted, however often
-        the queue lost its receives); else it is poisoned unprocessed, which
-        stops a message that kills its worker. Storage away: the look-up waits."""
-        over = [(held, m) for held, m in items if held.count > self.max_dequeue_count]
-        if not over:
-            return items
-        try:
-            stored = {m.id for _, m in over if self._stored(key, m)}
-        except Exception as exc:  # stopping, or not an outage: they all come again
-            for held, message in items:
-                why = "stopping" if self._stop.is_set() else f"{type(exc).__name__}: {exc}"
-                self._settle.release(held, 0 if self._stop.is_set() else self._settle.later(held),
-                                     message, why)  # fmt: skip
-            return []
-        for held, message in over:
-            if message.id not in stored:
-                reason = (
-                    f"received {held.count} times, more than max_dequeue_count="
-                    f"{self.max_dequeue_count}, without being completed"
-                )
-                self._settle.poison(held, message, reason)
-        return [(held, m) for held, m in items if held.count <= self.max_dequeue_count
-                or m.id in stored]  # fmt: skip
 
     def _stored(self, key: str, message: Message) -> bool:
         store = self.processor.store

@@ -13,8 +13,14 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import FrameType
 from typing import Any
+from xml.etree.ElementTree import ParseError
 
-from azure.core.exceptions import AzureError, HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import (
+    AzureError,
+    DeserializationError,
+    HttpResponseError,
+    ResourceNotFoundError,
+)
 from azure.storage.queue import QueueClient, QueueMessage
 
 from ._breaker import Breaker, is_outage
@@ -83,10 +89,12 @@ def log_gone(log: logging.Logger, message_id: str) -> None:
 
 def queue_fault(exc: BaseException) -> bool:
     """A failure of the Queue service (no answer, a lost answer, 408, 429,
-    5xx, refused credentials...: :func:`is_outage`), not a refused pop receipt."""
+    5xx, refused credentials...: :func:`is_outage`), not a refused pop receipt.
+    An answer cut amid its headers reads as a success with no body, which the
+    SDK's XML parser refuses: the request was served and its answer lost."""
     if isinstance(exc, HttpResponseError) and lost_lock(exc):
         return False
-    return is_outage(exc)
+    return is_outage(exc) or isinstance(exc, ParseError | DeserializationError)
 
 
 def text_of(content: Any) -> str | None:

@@ -22,7 +22,8 @@ from typing import Any, Final
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.queue import QueueClient
 
-from ._publisher import MAX_QUEUE_MESSAGE_BYTES
+from ._account import queue_beside
+from ._publisher import MAX_QUEUE_MESSAGE_BYTES, POISON_SUFFIX
 
 __all__ = ["NEVER", "PoisonEntry", "PoisonQueue", "poison_queue_of"]
 
@@ -133,9 +134,7 @@ class PoisonEntry:
 
 def poison_queue_of(queue: QueueClient) -> QueueClient:
     """``<queue>-poison`` in the same account, with the same credential."""
-    url, _, query = queue.url.partition("?")
-    poison_url = f"{url}-poison" + (f"?{query}" if query else "")
-    return QueueClient.from_queue_url(poison_url, credential=queue.credential)
+    return queue_beside(queue, f"{queue.queue_name}{POISON_SUFFIX}")
 
 
 class PoisonQueue:

@@ -25,8 +25,10 @@ from .._messages._message import Message
 from .._outcome import Outcome
 from .._processor import Processor
 from ._breaker import Breaker, is_outage
+from ._locks import Held
+from ._settling import Settler
 
-__all__ = ["process_until_settled"]
+__all__ = ["process_until_settled", "received_too_often"]
 
 
 def process_until_settled(
@@ -75,3 +77,35 @@ def process_until_settled(
         else:
             pause(breaker.failed(outage.reason or "faulted", started))
         pending = again
+
+
+def received_too_often(
+    items: list[tuple[Held, Message]],
+    max_dequeue_count: int,
+    settle: Settler,
+    stored: Callable[[Message], bool],
+    stopping: Callable[[], bool],
+) -> list[tuple[Held, Message]]:
+    """A key's messages of a page to process. One received more than
+    ``max_dequeue_count`` times is processed only if it is ``stored`` (a
+    duplicate: its outputs published again, then deleted, however often the
+    queue lost its receives); else it is poisoned unprocessed, which stops a
+    message that kills its worker. Storage away: the look-up waits."""
+    over = [(held, m) for held, m in items if held.count > max_dequeue_count]
+    if not over:
+        return items
+    try:
+        found = {m.id for _, m in over if stored(m)}
+    except Exception as exc:  # stopping, or not an outage: they all come again
+        for held, message in items:
+            why = "stopping" if stopping() else f"{type(exc).__name__}: {exc}"
+            settle.release(held, 0 if stopping() else settle.later(held), message, why)
+        return []
+    for held, message in over:
+        if message.id not in found:
+            reason = (
+                f"received {held.count} times, more than max_dequeue_count="
+                f"{max_dequeue_count}, without being completed"
+            )
+            settle.poison(held, message, reason)
+    return [(held, m) for held, m in items if held.count <= max_dequeue_count or m.id in found]

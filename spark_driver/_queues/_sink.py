@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Final
 
 from azure.core.exceptions import HttpResponseError
+from azure.storage.queue import QueueClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -35,6 +36,7 @@ from ._config import (
     queue_call,
     queue_service,
 )
+from ._fanout import each
 
 __all__ = [
     "Delivery", "OutputRoute", "send_outputs", "send_partition", "send_written_outputs",
@@ -135,44 +137,52 @@ def settle_partition(
     when its outcome is not settled (``reason`` set), release it: at once if
     it was only held back by a key-mate (``cause`` stopped or held), else
     after ``backoff`` seconds doubled per receive, or poison it on its
-    ``max_dequeue_count``-th receive. The Queue service's faults are waited
-    out (``queue_call``): a throttled delete pauses the task, never fails
-    it, and costs the message no receive. Yields ``(deleted, released,
+    ``max_dequeue_count``-th receive. Up to ``DELETERS`` messages are settled
+    at once, each on its own: the Queue service's faults are waited out
+    (``queue_call``): a throttled delete pauses the task, never fails it,
+    and costs the message no receive. Yields ``(deleted, released,
     poisoned, lost)``."""
     queue = queue_service().get_queue_client(queue_name)
-    deleted = released = poisoned = lost = 0
-    for row in rows:
-        receipt = json.loads(row["receipt"])
-        count = int(receipt["dequeueCount"])
-        try:
-            if row["reason"] is None:
-                if delete(queue, receipt["id"], receipt["popReceipt"]):
-                    deleted += 1
-                else:  # it comes again, recognised then as a duplicate
-                    lost += 1
-                    _log.info("queue message %r: lock lost before it was deleted", receipt["id"])
-            elif row["cause"] not in ("stopped", "held") and count >= max_dequeue_count:
-                reason = f"failed on receive {count} of {max_dequeue_count}: {row['reason']}"
-                entry = PoisonEntry(reason, receipt["text"], queue_name, receipt["id"], count)
-                done = poison(queue, entry, receipt["popReceipt"])
-                poisoned += done == "poisoned"
-                lost += done == "lost"
-            else:  # a key-mate's failure is not this message's: no backoff
-                held_back = row["cause"] in ("stopped", "held")
-                delay = 0 if held_back else min(MAX_HIDDEN, backoff * 2 ** (count - 1))
-                queue_call(partial(queue.update_message, receipt["id"], receipt["popReceipt"],
-                                   visibility_timeout=delay),
-                           f"release of queue message {receipt['id']!r}")  # fmt: skip
-                released += 1
-        except HttpResponseError as exc:
-            if not lost_lock(exc):
-                raise
+    done = each(rows, partial(_settle, queue, max_dequeue_count, backoff))
+    yield done.count("deleted"), done.count("released"), done.count("poisoned"), done.count("lost")
+
+
+def _settle(queue: QueueClient, max_dequeue_count: int, backoff: int, row: Any) -> str:
+    """What became of one message: deleted, released, poisoned, lost (its
+    lock), or kept (its poison entry refused: it comes again)."""
+    receipt = json.loads(row["receipt"])
+    count = int(receipt["dequeueCount"])
+    try:
+        if row["reason"] is None:
+            if delete(queue, receipt["id"], receipt["popReceipt"]):
+                return "deleted"
+            # It comes again, recognised then as a duplicate.
+            _log.info("queue message %r: lock lost before it was deleted", receipt["id"])
+            return "lost"
+        if row["cause"] not in ("stopped", "held") and count >= max_dequeue_count:
+            reason = f"failed on receive {count} of {max_dequeue_count}: {row['reason']}"
+            entry = PoisonEntry(reason, receipt["text"], queue.queue_name, receipt["id"], count)
+            return poison(queue, entry, receipt["popReceipt"])
+        # A key-mate's failure is not this message's: no backoff.
+        held_back = row["cause"] in ("stopped", "held")
+        delay = 0 if held_back else min(MAX_HIDDEN, backoff * 2 ** (count - 1))
+        queue_call(partial(queue.update_message, receipt["id"], receipt["popReceipt"],
+                           visibility_timeout=delay),
+                   f"release of queue message {receipt['id']!r}")  # fmt: skip
+        return "released"
+    except Exception as exc:
+        if isinstance(exc, HttpResponseError) and lost_lock(exc):
             # Visible again already: it comes in a later batch, where the
             # runtime recognises it as a duplicate.
-            lost += 1
             _log.info("queue message %r: lock lost before it was settled (%s)",
                       receipt["id"], exc.message)  # fmt: skip
-    yield deleted, released, poisoned, lost
+            return "lost"
+        # Settled in flight with others: the task raises only the first
+        # failure, so each says its own here.
+        _log.error("queue message %r: not settled (%s: %s); the task fails and the message "
+                   "comes again once its lock runs out", receipt["id"], type(exc).__name__,
+                   exc)  # fmt: skip
+        raise
 
 
 @dataclass

@@ -3,8 +3,9 @@ Python data source API; PySpark 3.5 has none, see ``_queue_stream``).
 
 Peek-lock over micro-batches. ``latestOffset`` receives up to
 ``maxMessagesPerBatch`` messages with a visibility timeout, the lock, which
-must outlast a micro-batch; the reader keeps them, in the Python process
-Spark runs the source's driver side in, under the next batch number, and
+must outlast a micro-batch (pages of 32, several in flight: ``_fanout``);
+the reader keeps them, in the Python process Spark runs the source's driver
+side in, under the next batch number, and
 returns ``{"run": R, "batch": N}`` (none received: the offset it was given,
 so no batch runs). ``partitions`` hands the held rows of the batches in
 ``(start, end]`` to the tasks inside the partitions; ``read`` yields them.
@@ -61,6 +62,7 @@ from streamstone_py import RetryPolicy
 from .._tasks._rows import body_json
 from .._tasks._worker import storage, table_client
 from ._config import MAX_HIDDEN, delete, lost_lock, queue_call, queue_service, send_poison
+from ._fanout import receive
 from ._options import NAME, QueueOptions
 
 try:
@@ -185,13 +187,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _receive(self) -> list[tuple[Any, ...]]:
         queue = self._client()
-        received = queue_call(
-            lambda: list(queue.receive_messages(
-                messages_per_page=32, max_messages=self.options.max_messages,
-                visibility_timeout=self.options.visibility_timeout,
-            )),
-            f"receive from queue {queue.queue_name!r}",
-        )  # fmt: skip
+        received = receive(queue, self.options.max_messages, self.options.visibility_timeout)
         rows: list[tuple[Any, ...]] = []
         for message in received:
             try:
