@@ -34,6 +34,20 @@ def gets(proxy: Proxy) -> list[Action]:
     return [action for request, action in proxy.seen if request.method == "GET"]
 
 
+def write_never_answered(client: Any, proxy: Proxy, policy: RetryPolicy) -> None:
+    """A write whose POST hangs: a lost answer by the deadline, resolved by one read."""
+    partition = Partition(client, "hung-" + uuid.uuid4().hex[:8], retry=policy)
+    proxy.plan(lambda request: "pass" if request.method == "GET" else "hang")
+    started = time.monotonic()
+
+    with pytest.raises(ServiceResponseTimeoutError):
+        S.write(partition, EventData(id="e1"), expected_version=0)
+
+    assert time.monotonic() - started < policy.total_time + MARGIN
+    assert [(r.method, a) for r, a in proxy.seen] == [("POST", "hang"), ("GET", "pass")]
+    assert rows(partition) == {}
+
+
 def first(action: Action, method: str) -> Any:
     """A plan: ``action`` for the first request of ``method``, then pass everything."""
     taken: list[Request] = []
@@ -143,16 +157,7 @@ def test_a_write_that_never_gets_an_answer_ends_by_its_total_time(
     # Each storage call once had a deadline of its own, and the verb sent the
     # write again after each read found it not applied: 6 tries of 2 s took 12 s.
     policy = RetryPolicy(attempts=6, initial_delay=0.01, max_delay=0.05, total_time=1.0)
-    partition = Partition(proxied_client, "hung-" + uuid.uuid4().hex[:8], retry=policy)
-    proxy.plan(lambda request: "pass" if request.method == "GET" else "hang")
-    started = time.monotonic()
-
-    with pytest.raises(ServiceResponseTimeoutError):
-        S.write(partition, EventData(id="e1"), expected_version=0)
-
-    assert time.monotonic() - started < policy.total_time + MARGIN
-    assert [(r.method, a) for r, a in proxy.seen] == [("POST", "hang"), ("GET", "pass")]
-    assert rows(partition) == {}
+    write_never_answered(proxied_client, proxy, policy)
 
 
 @pytest.mark.parametrize("retry_after", [30, 10**12])
@@ -223,13 +228,4 @@ def test_a_hung_write_is_a_lost_answer_when_the_read_timeout_comes_before_the_wa
             yield watch
 
     monkeypatch.setattr(client_module, "watching", starved)
-    partition = Partition(proxied_client, "starved-" + uuid.uuid4().hex[:8], retry=ONE_TRY)
-    proxy.plan(lambda request: "pass" if request.method == "GET" else "hang")
-    started = time.monotonic()
-
-    with pytest.raises(ServiceResponseTimeoutError):
-        S.write(partition, EventData(id="e1"), expected_version=0)
-
-    assert time.monotonic() - started < ONE_TRY.total_time + MARGIN
-    assert [(r.method, a) for r, a in proxy.seen] == [("POST", "hang"), ("GET", "pass")]
-    assert rows(partition) == {}
+    write_never_answered(proxied_client, proxy, ONE_TRY)
