@@ -39,6 +39,7 @@ from streamstone_py import Partition, RetryPolicy, StreamstoneError
 
 from ._batch._replay import Replayer
 from ._batch._strategy import strategy_of
+from ._batch._tracing import BatchSpans, processing
 from ._batch._writing import store_batch
 from ._cache import HeaderCache
 from ._compression import Compression
@@ -207,17 +208,22 @@ class Processor(KeyReader[S]):
             self.stats.messages += len(messages)
         outcomes: list[Outcome] = []
         stopped: Outcome | None = None
-        for start in range(0, len(messages), self.max_batch):
-            chunk = messages[start : start + self.max_batch]
-            if stopped is not None:  # as inside one chunk: the rest waits for the failed one
-                outcomes += self._finish(chunk, Plan([held(m, stopped) for m in chunk], []), None)
-                continue
-            done = self._chunk(key, partition, chunk)
-            stopped = next((o for o in done if o.stops_key), None)
-            outcomes += done
+        with processing(self.handler.name, key, messages) as spans:
+            for start in range(0, len(messages), self.max_batch):
+                chunk = messages[start : start + self.max_batch]
+                if stopped is not None:  # as inside one chunk: the rest waits for the failed one
+                    plan = Plan([held(m, stopped) for m in chunk], [])
+                    outcomes += self._finish(chunk, plan, None)
+                    continue
+                done = self._chunk(key, partition, chunk, spans)
+                stopped = next((o for o in done if o.stops_key), None)
+                outcomes += done
+            spans.tell(outcomes)
         return outcomes
 
-    def _chunk(self, key: str, partition: Partition, messages: Sequence[Message]) -> list[Outcome]:
+    def _chunk(
+        self, key: str, partition: Partition, messages: Sequence[Message], spans: BatchSpans
+    ) -> list[Outcome]:
         try:
             plan = store_batch(self, key, partition, messages)
         except (AzureError, StreamstoneError) as exc:
@@ -228,10 +234,10 @@ class Processor(KeyReader[S]):
             if self.cache is not None:
                 self.cache.drop(partition)  # an entry never outlives a failure it took part in
             raise
-        publish = [o for step in plan.steps for o in step.outputs]
         try:
-            if publish:
-                self.publisher.publish(publish)
+            with spans.publishing(plan.steps) as publish:
+                if publish:
+                    self.publisher.publish(publish)
             dispatched = [s.message.id for s in plan.steps if s.dispatch]
             if dispatched and self.dispatch == "after_publish":
                 self.store.mark_dispatched(partition, dispatched)

@@ -17,6 +17,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 from azure.storage.queue import QueueClient, QueueServiceClient
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from azurite.launcher import AzuriteTable, account
 from azurite.proxy import Proxy
@@ -26,6 +27,7 @@ from streamstone_py.aio import AsyncWireTableClient
 from tests.faults import FAST, AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import azurite_port, register_raw, wait
 from tests.oauth import certificate
+from tests.tracing import recording
 
 
 @pytest.fixture(scope="session")
@@ -182,6 +184,13 @@ def oauth_table(oauth_azurite: AzuriteTable) -> str:
     )
     service.create_table(name)  # by account key: it works beside bearer tokens
     return name
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans this test makes, recorded by the OpenTelemetry SDK."""
+    with recording() as exporter:
+        yield exporter
 
 
 @pytest.fixture(scope="session")

@@ -159,7 +159,8 @@ class Folder:
         properties: dict[str, Any] = {
             "MessageType": message.type,
             "Now": context.now(),
-            "Digest": digest(encoded_outputs),
+            # Of what the outputs are, not of the trace they went out under.
+            "Digest": digest(pack([o.identity() for o in context.outputs])),
             ID_SCHEME: context.id_scheme,
             **split_binary(STATE, stored),
         }

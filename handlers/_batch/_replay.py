@@ -107,7 +107,7 @@ class Replayer:
                 name, message.id, f"it raised {exc.__cause__!r} this time"
             ) from exc
         outputs = context.outputs
-        if digest(pack([o.encode() for o in outputs])) != original.digest:
+        if digest(pack([o.identity() for o in outputs])) != original.digest:
             raise NonDeterministicHandlerError(name, message.id, "output digest differs")
         # Both through the current state class: a field added with a default, or
         # removed, since the original was stored is not a difference in behaviour.

@@ -27,10 +27,12 @@ from azure.storage.queue import QueueClient
 
 from .._lifecycle import Receive
 from .._messages._message import Message
+from .._messages._tracing import failed_as
 from .._outcome import Outcome
 from ._breaker import Breaker
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
 from ._poison import PoisonEntry, PoisonQueue
+from ._spans import queue_span
 
 __all__ = ["Action", "ConsumerStats", "QueueOutcome", "Settler"]
 
@@ -215,7 +217,10 @@ class Settler:
                 refusals.append(refused)
                 receive.fault(refused.why)
 
-        Receive(held.id, on_complete=delete).complete()
+        with queue_span("delete", self.queue.queue_name, held, outcome.message) as span:
+            Receive(held.id, on_complete=delete).complete()
+            if refusals:
+                failed_as(span, "lost_lock" if refusals[0].lost_lock else "not_deleted")
         if refusals:  # faulted: it comes again, as a duplicate
             self.count(faulted=1, lost_locks=int(refusals[0].lost_lock))
             self.report("faulted", held, outcome.message, refusals[0].why, outcome)
@@ -239,7 +244,10 @@ class Settler:
                 told=reason,
             )
             return
-        Receive(held.id, on_abandon=lambda r: self.release(held, self.later(held))).abandon(reason)
+        with queue_span("abandon", self.queue.queue_name, held, outcome.message):
+            Receive(held.id, on_abandon=lambda r: self.release(held, self.later(held))).abandon(
+                reason
+            )
         self.count(abandoned=1)
         self.report("abandoned", held, outcome.message, reason, outcome)
 
@@ -286,7 +294,11 @@ class Settler:
         entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
         held.kept = True  # its lock renewed while the entry waits for the service
         try:
-            self._waiting(lambda: self.poisons.send(entry), f"poisoning queue message {held.id!r}")
+            kind = {"streamstone.outcome": outcome.kind if outcome is not None else None}
+            with queue_span("poison", self.queue.queue_name, held, message, **kind):
+                self._waiting(
+                    lambda: self.poisons.send(entry), f"poisoning queue message {held.id!r}"
+                )
         except AzureError as exc:  # kept: its lock runs out, it comes again
             with held.lock:
                 held.done = True

@@ -1,0 +1,131 @@
+"""The spans of a key's batch: one per message processed, the batch's own,
+and one per output published.
+
+Each message's span is a child of the context its headers carry (the
+current one without), so a message's trace runs from its sender through its
+processing. The batch reads and writes once for all its messages: its span
+(and the storage requests' under it) is a child of its first message's span,
+linked to the others'. An output goes out carrying the context of its
+publish span, a child of the span of the message that produced it; the
+outcome keeps the output as the handler made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Final
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, Span, SpanKind, StatusCode
+
+from .._messages._message import Message
+from .._messages._tracing import carrying, context_of, failed, message_attributes, tracer
+from .._outcome import Outcome, Step
+
+__all__ = ["BatchSpans", "processing"]
+
+#: Outcome kinds that are not a message's success.
+_FAILURES: Final = frozenset({"refused", "failed", "faulted"})
+
+
+class BatchSpans:
+    """A batch's message spans, told their outcomes, and its publish spans."""
+
+    def __init__(self, handler: str, spans: dict[int, Span], batch: Span) -> None:
+        self.handler = handler
+        self._spans = spans  # by the id() of the message object each was made for
+        self._batch = batch
+
+    def _of(self, message: Message) -> Span:
+        return self._spans.get(id(message), self._batch)
+
+    @contextmanager
+    def publishing(self, steps: Sequence[Step]) -> Iterator[list[Message]]:
+        """The steps' outputs, each carrying the context of its own publish span
+        (ended once the block is done, failed if it raises)."""
+        spans: list[Span] = []
+        outputs: list[Message] = []
+        for step in steps:
+            parent = trace.set_span_in_context(self._of(step.message))
+            for output in step.outputs:
+                span = tracer().start_span(
+                    f"publish {self.handler}",
+                    context=parent,
+                    kind=SpanKind.PRODUCER,
+                    attributes={
+                        **message_attributes(output),
+                        "messaging.operation.type": "send",
+                        "streamstone.handler": self.handler,
+                    },
+                )
+                spans.append(span)
+                outputs.append(carrying(output, span))
+        try:
+            yield outputs
+        except BaseException as exc:
+            for span in spans:
+                failed(span, exc)
+            raise
+        finally:
+            for span in spans:
+                span.end()
+
+    def tell(self, outcomes: Sequence[Outcome]) -> None:
+        for outcome in outcomes:
+            span = self._of(outcome.message)
+            if not span.is_recording() or span is self._batch:
+                continue
+            span.set_attribute("streamstone.outcome", outcome.kind)
+            span.set_attribute("streamstone.duplicate", outcome.status == "duplicate")
+            span.set_attribute("streamstone.outputs", len(outcome.outputs))
+            if outcome.version is not None:
+                span.set_attribute("streamstone.version", outcome.version)
+            if outcome.kind in _FAILURES:
+                span.set_attribute("error.type", outcome.kind)
+                span.set_status(StatusCode.ERROR)
+
+
+@contextmanager
+def processing(handler: str, key: str, messages: Sequence[Message]) -> Iterator[BatchSpans]:
+    """The spans of a key's batch, the batch's current while the block runs."""
+    made = tracer()
+    spans: dict[int, Span] = {}
+    for message in messages:
+        spans.setdefault(
+            id(message),
+            made.start_span(
+                f"process {handler}",
+                context=context_of(message),
+                kind=SpanKind.CONSUMER,
+                attributes={
+                    **message_attributes(message),
+                    "messaging.operation.type": "process",
+                    "streamstone.handler": handler,
+                },
+            ),
+        )
+    first = next(iter(spans.values()), None)
+    batch = made.start_span(
+        f"process_batch {handler}",
+        context=trace.set_span_in_context(first) if first is not None else None,
+        kind=SpanKind.INTERNAL,
+        links=[Link(s.get_span_context()) for s in list(spans.values())[1:]],
+        attributes={
+            "streamstone.handler": handler,
+            "streamstone.message.key": key,
+            "messaging.batch.message_count": len(messages),
+        },
+    )
+    try:
+        with trace.use_span(batch, end_on_exit=False, record_exception=False,
+                            set_status_on_exception=False):  # fmt: skip
+            yield BatchSpans(handler, spans, batch)
+    except BaseException as exc:
+        for span in (batch, *spans.values()):
+            failed(span, exc)
+        raise
+    finally:
+        batch.end()
+        for span in spans.values():
+            span.end()

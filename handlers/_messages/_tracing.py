@@ -1,0 +1,116 @@
+"""The trace a message carries: W3C Trace Context in its headers.
+
+An input's ``traceparent`` (and ``tracestate``) is the parent of the spans
+made for it; an output carries the context of the span that published it.
+Those headers are transport metadata, as a queue envelope's ``produced`` is:
+never part of what a message is (see :meth:`Message.identity`), so a copy
+delivered under another trace is the same message and gives the same outputs.
+
+Spans go through the OpenTelemetry API: without an SDK installed they are
+no-ops, and nothing is added to any message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.propagate import extract, inject
+from opentelemetry.trace import Span, SpanKind, StatusCode
+
+from ._message import Message, without_trace
+
+__all__ = [
+    "SCOPE",
+    "carrying",
+    "context_of",
+    "failed",
+    "failed_as",
+    "message_attributes",
+    "message_span",
+    "tracer",
+]
+
+#: The instrumentation scope of the runtime's spans.
+SCOPE: Final = "handlers"
+
+
+def tracer() -> trace.Tracer:
+    # Asked for at each use, not kept: the application may set its provider
+    # after this module is imported.
+    return trace.get_tracer(SCOPE)
+
+
+def context_of(message: Message) -> otel_context.Context | None:
+    """The context an input's headers carry, or None (then the current one
+    is the parent)."""
+    headers = message.headers
+    if "traceparent" not in headers:
+        return None
+    return extract(dict(headers))
+
+
+def message_attributes(message: Message) -> dict[str, Any]:
+    return {
+        "messaging.message.id": message.id,
+        "streamstone.message.key": message.key,
+        "streamstone.message.type": message.type,
+    }
+
+
+@contextmanager
+def message_span(
+    name: str,
+    message: Message | None,
+    kind: SpanKind,
+    *,
+    start_time: int | None = None,
+    **attributes: Any,
+) -> Iterator[Span]:
+    """A span of what is done with ``message``, a child of the context its
+    headers carry; an exception marks it failed (its class, no message text)."""
+    parent = context_of(message) if message is not None else None
+    with tracer().start_as_current_span(
+        name,
+        context=parent,
+        kind=kind,
+        start_time=start_time,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        if span.is_recording():
+            if message is not None:
+                span.set_attributes(message_attributes(message))
+            span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+        try:
+            yield span
+        except Exception as exc:
+            failed(span, exc)
+            raise
+
+
+def failed(span: Span, exc: BaseException) -> None:
+    failed_as(span, f"{type(exc).__module__}.{type(exc).__qualname__}")
+
+
+def failed_as(span: Span, kind: str) -> None:
+    """Mark ``span`` failed, with ``kind`` as its ``error.type``."""
+    if span.is_recording():
+        span.set_attribute("error.type", kind)
+        span.set_status(StatusCode.ERROR)
+
+
+def carrying(output: Message, span: Span) -> Message:
+    """``output`` with ``span``'s context in its headers, in place of any it
+    had (a handler may have copied its input's); itself when there is none."""
+    if not span.get_span_context().is_valid:
+        return output
+    headers: dict[str, str] = {}
+    inject(headers, context=trace.set_span_in_context(span))
+    if not headers:
+        return output
+    return replace(output, headers={**without_trace(output.headers), **headers})
