@@ -14,7 +14,7 @@ from opentelemetry import trace
 from opentelemetry.propagate import inject
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from handlers import (
     HandlerContext,
@@ -125,6 +125,46 @@ def test_one_message_through_a_consumer_is_one_trace_its_output_carries_on(
     publish = by_name["publish Tally"].context.span_id
     assert dict(output.headers) == {"traceparent": f"00-{trace_id:032x}-{publish:016x}-01"}
     assert output.body == {"total": 2, "by": "m-1"}
+
+
+def test_a_failing_message_is_abandoned_then_poisoned_in_its_sender_s_trace(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient, spans: InMemorySpanExporter
+) -> None:
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    traceparent, trace_id, sender = _traceparent()
+    send(queue, _under(add(1, key, 2, "Broken"), traceparent))
+    processor = Processor(tally, table, InMemoryPublisher())
+    consumer = QueueConsumer(processor, queue, max_dequeue_count=2, backoff=timedelta(0))
+
+    stats = consumer.run(until_empty=True)
+
+    assert (stats.received, stats.abandoned, stats.poisoned) == (2, 1, 1)
+    made = sorted(spans.get_finished_spans(), key=lambda s: s.start_time or 0)
+    assert {s.context.trace_id for s in made} == {trace_id}
+    name = queue.queue_name
+    # Each try's point reads, under the batch's span: the key's header, and whether the
+    # failing message is stored.
+    reads = [f"get_entity {table.table_name}"] * 3
+    tries = [f"receive {name}", "process Tally", "process_batch Tally", *reads]
+    assert [s.name for s in made] == [*tries, f"abandon {name}", *tries, f"poison {name}"]
+    batches = {s.context.span_id for s in made if s.name == "process_batch Tally"}
+    assert {s.parent.span_id for s in made if s.name in reads and s.parent} == batches
+    settled = [s for s in made if s.name.split()[0] in ("abandon", "poison")]
+    assert [s.parent.span_id if s.parent else None for s in settled] == [sender, sender]
+    assert [(s.kind, s.status.status_code) for s in settled] == [
+        (SpanKind.CLIENT, StatusCode.UNSET),
+        (SpanKind.PRODUCER, StatusCode.UNSET),
+    ]
+    assert [dict(s.attributes or {}).get("streamstone.queue.dequeue_count") for s in settled] == [
+        1,
+        2,
+    ]
+    assert dict(settled[1].attributes or {})["streamstone.outcome"] == "failed"
+    processed = [dict(s.attributes or {}) for s in made if s.name == "process Tally"]
+    assert [(a["streamstone.outcome"], a["error.type"]) for a in processed] == [
+        ("failed", "failed"),
+        ("failed", "failed"),
+    ]
 
 
 @handler("Echo", Tally, types=["Add"])

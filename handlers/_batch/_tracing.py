@@ -50,15 +50,13 @@ class BatchSpans:
             parent = trace.set_span_in_context(self._of(step.message))
             for output in step.outputs:
                 span = tracer().start_span(
-                    f"publish {self.handler}",
-                    context=parent,
-                    kind=SpanKind.PRODUCER,
-                    attributes={
-                        **message_attributes(output),
-                        "messaging.operation.type": "send",
-                        "streamstone.handler": self.handler,
-                    },
+                    f"publish {self.handler}", context=parent, kind=SpanKind.PRODUCER
                 )
+                if span.is_recording():
+                    span.set_attributes(message_attributes(output))
+                    span.set_attributes(
+                        {"messaging.operation.type": "send", "streamstone.handler": self.handler}
+                    )
                 spans.append(span)
                 outputs.append(carrying(output, span))
         try:
@@ -92,19 +90,17 @@ def processing(handler: str, key: str, messages: Sequence[Message]) -> Iterator[
     made = tracer()
     spans: dict[int, Span] = {}
     for message in messages:
-        spans.setdefault(
-            id(message),
-            made.start_span(
-                f"process {handler}",
-                context=context_of(message),
-                kind=SpanKind.CONSUMER,
-                attributes={
-                    **message_attributes(message),
-                    "messaging.operation.type": "process",
-                    "streamstone.handler": handler,
-                },
-            ),
+        if id(message) in spans:
+            continue
+        span = made.start_span(
+            f"process {handler}", context=context_of(message), kind=SpanKind.CONSUMER
         )
+        if span.is_recording():
+            span.set_attributes(message_attributes(message))
+            span.set_attributes(
+                {"messaging.operation.type": "process", "streamstone.handler": handler}
+            )
+        spans[id(message)] = span
     first = next(iter(spans.values()), None)
     batch = made.start_span(
         f"process_batch {handler}",

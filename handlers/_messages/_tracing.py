@@ -51,7 +51,9 @@ def context_of(message: Message) -> otel_context.Context | None:
     headers = message.headers
     if "traceparent" not in headers:
         return None
-    return extract(dict(headers))
+    found = extract(dict(headers))
+    # A traceparent that does not read is no parent: the current context stands.
+    return found if trace.get_current_span(found).get_span_context().is_valid else None
 
 
 def message_attributes(message: Message) -> dict[str, Any]:

@@ -75,14 +75,12 @@ def _where(table: object) -> dict[str, Any]:
 @contextmanager
 def _span(table: object, request: Request, resent: int) -> Iterator[Span]:
     operation = _OPERATIONS.get(type(request), type(request).__name__)
-    tracer = trace.get_tracer(SCOPE)
-    where = _where(table)
-    name = f"{operation} {where.get('db.collection.name', '')}".rstrip()
-    with tracer.start_as_current_span(
+    name = f"{operation} {getattr(table, 'table_name', '')}".rstrip()
+    with trace.get_tracer(SCOPE).start_as_current_span(
         name, kind=SpanKind.CLIENT, record_exception=False, set_status_on_exception=False
     ) as span:
-        if span.is_recording():
-            span.set_attributes(where)
+        if span.is_recording():  # else the API's no-op: nothing is worked out for it
+            span.set_attributes(_where(table))
             span.set_attribute("db.operation.name", operation)
             if isinstance(request, SubmitTransaction):
                 span.set_attribute("db.operation.batch.size", len(request.operations))
