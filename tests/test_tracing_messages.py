@@ -49,7 +49,9 @@ def test_one_message_through_a_consumer_is_one_trace_its_output_carries_on(
     queues.create_queue(out)
     key = f"k-{uuid.uuid4().hex[:8]}"
     traceparent, trace_id, sender = _traceparent()
-    send(queue, _under(add(1, key, 2), traceparent))
+    sent = _under(add(1, key, 2), traceparent)
+    send(queue, Message(sent.id, key, sent.type, sent.body,
+                        {**sent.headers, "tracestate": "vendor=7"}))  # fmt: skip
     processor = Processor(tally, table, QueuePublisher(queues, lambda m: out))
 
     stats = QueueConsumer(processor, queue, backoff=timedelta(0)).run(until_empty=True)
@@ -123,7 +125,10 @@ def test_one_message_through_a_consumer_is_one_trace_its_output_carries_on(
         "streamstone.handler": "Tally",
     }
     publish = by_name["publish Tally"].context.span_id
-    assert dict(output.headers) == {"traceparent": f"00-{trace_id:032x}-{publish:016x}-01"}
+    assert dict(output.headers) == {
+        "traceparent": f"00-{trace_id:032x}-{publish:016x}-01",
+        "tracestate": "vendor=7",  # the sender's, carried on
+    }
     assert output.body == {"total": 2, "by": "m-1"}
 
 
