@@ -12,6 +12,7 @@ outcome keeps the output as the handler made it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
@@ -21,6 +22,7 @@ from opentelemetry.trace import Link, Span, SpanKind, StatusCode
 
 from .._messages._message import Message
 from .._messages._tracing import carrying, context_of, failed, message_attributes, tracer
+from .._metrics import processed
 from .._outcome import Outcome, Step
 
 __all__ = ["BatchSpans", "processing"]
@@ -36,6 +38,8 @@ class BatchSpans:
         self.handler = handler
         self._spans = spans  # by the id() of the message object each was made for
         self._batch = batch
+        #: The outcomes told, each message's processing duration measured by.
+        self.told: list[Outcome] = []
 
     def _of(self, message: Message) -> Span:
         return self._spans.get(id(message), self._batch)
@@ -70,6 +74,7 @@ class BatchSpans:
                 span.end()
 
     def tell(self, outcomes: Sequence[Outcome]) -> None:
+        self.told.extend(outcomes)
         for outcome in outcomes:
             span = self._of(outcome.message)
             if not span.is_recording() or span is self._batch:
@@ -87,6 +92,7 @@ class BatchSpans:
 @contextmanager
 def processing(handler: str, key: str, messages: Sequence[Message]) -> Iterator[BatchSpans]:
     """The spans of a key's batch, the batch's current while the block runs."""
+    started = time.perf_counter()
     made = tracer()
     spans: dict[int, Span] = {}
     for message in messages:
@@ -113,10 +119,11 @@ def processing(handler: str, key: str, messages: Sequence[Message]) -> Iterator[
             "messaging.batch.message_count": len(messages),
         },
     )
+    spanned = BatchSpans(handler, spans, batch)
     try:
         with trace.use_span(batch, end_on_exit=False, record_exception=False,
                             set_status_on_exception=False):  # fmt: skip
-            yield BatchSpans(handler, spans, batch)
+            yield spanned
     except BaseException as exc:
         for span in (batch, *spans.values()):
             failed(span, exc)
@@ -125,3 +132,6 @@ def processing(handler: str, key: str, messages: Sequence[Message]) -> Iterator[
         batch.end()
         for span in spans.values():
             span.end()
+        # Each message's processing lasts its batch's: the batch reads, writes
+        # and publishes once for all of them.
+        processed(handler, (o.kind for o in spanned.told), time.perf_counter() - started)

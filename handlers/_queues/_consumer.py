@@ -166,7 +166,7 @@ class QueueConsumer:
                                  on_open=lambda: self._count(outages=1))  # fmt: skip
         self._settle = Settler(queue, self.poison_queue, max_dequeue_count,
                                (backoff, max_backoff), on_outcome, self._queueing,
-                               self._stop)  # fmt: skip
+                               self._stop, processor.handler.name)  # fmt: skip
         self._renewal = LockRenewal(queue, visibility_timeout, lambda: self._count(renewed=1),
                                     self._queueing)  # fmt: skip
 

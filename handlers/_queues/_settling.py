@@ -31,6 +31,7 @@ from .._messages._tracing import failed_as
 from .._outcome import Outcome
 from ._breaker import Breaker
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
+from ._metrics import QueueMetrics
 from ._poison import PoisonEntry, PoisonQueue
 from ._spans import queue_span
 
@@ -119,8 +120,10 @@ class Settler:
         on_outcome: Callable[[QueueOutcome], None] | None,
         breaker: Breaker,
         stop: threading.Event,
+        handler: str,
     ) -> None:
         self.queue = queue
+        self.metrics = QueueMetrics(queue, poison_queue, handler)
         self.poisons = PoisonQueue(poison_queue)
         self.max_dequeue_count = max_dequeue_count
         self.backoff = backoff
@@ -138,6 +141,7 @@ class Settler:
             for stats in (self.stats, self.run_stats):
                 for name, value in figures.items():
                     setattr(stats, name, getattr(stats, name) + value)
+        self.metrics.add(figures)
 
     def new_run(self) -> ConsumerStats:
         with self._counting:

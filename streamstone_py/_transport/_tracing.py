@@ -14,14 +14,17 @@ Without an OpenTelemetry SDK installed, each span is the API's no-op.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
+from . import _metrics
 from ._faults import error_code
 from ._protocol import (
     CreateEntity,
@@ -54,6 +57,11 @@ _OPERATIONS: Final[Mapping[type, str]] = {
     SubmitTransaction: "submit_transaction",
 }
 
+#: The status of the answer to the try in progress (its last page's, for a
+#: query read whole), noted by :func:`answered` for the duration metric,
+#: which is recorded whether or not the span records.
+_STATUS: ContextVar[list[int | None] | None] = ContextVar("streamstone_status", default=None)
+
 
 def _where(table: object) -> dict[str, Any]:
     """What a span tells of the table: its name, the account and the host,
@@ -76,11 +84,18 @@ def _where(table: object) -> dict[str, Any]:
 def _span(table: object, request: Request, resent: int) -> Iterator[Span]:
     operation = _OPERATIONS.get(type(request), type(request).__name__)
     name = f"{operation} {getattr(table, 'table_name', '')}".rstrip()
+    measured = _metrics.enabled()
+    status: list[int | None] = [None]
+    token = _STATUS.set(status)
+    error: str | None = None
+    started = time.perf_counter()
     with trace.get_tracer(SCOPE).start_as_current_span(
         name, kind=SpanKind.CLIENT, record_exception=False, set_status_on_exception=False
     ) as span:
-        if span.is_recording():  # else the API's no-op: nothing is worked out for it
-            span.set_attributes(_where(table))
+        recording = span.is_recording()  # else the API's no-op: nothing is worked out for it
+        where = _where(table) if recording or measured else {}
+        if recording:
+            span.set_attributes(where)
             span.set_attribute("db.operation.name", operation)
             if isinstance(request, SubmitTransaction):
                 span.set_attribute("db.operation.batch.size", len(request.operations))
@@ -89,22 +104,31 @@ def _span(table: object, request: Request, resent: int) -> Iterator[Span]:
         try:
             yield span
         except Exception as exc:
-            _failed(span, exc)
+            error = _failed(span, exc)
+            answer = getattr(exc, "status_code", None)
+            if isinstance(answer, int):
+                status[0] = answer
             raise
+        finally:
+            _STATUS.reset(token)
+            if measured:
+                _metrics.record(where, operation, status[0], error, time.perf_counter() - started)
 
 
-def _failed(span: Span, exc: Exception) -> None:
-    """The error's kind: the service's error code when it answered with one,
-    else the exception's class (no message: it may quote a request)."""
+def _failed(span: Span, exc: Exception) -> str:
+    """The error's kind, noted on the span: the service's error code when it
+    answered with one, else the exception's class (no message: it may quote a
+    request)."""
+    kind = error_code(exc) or f"{type(exc).__module__}.{type(exc).__qualname__}"
     if not span.is_recording():
-        return
+        return kind
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):  # noted by the answer already, unless the runner mapped it
         span.set_attribute("http.response.status_code", status)
         span.set_attribute("db.response.status_code", str(status))
-    code = error_code(exc)
-    span.set_attribute("error.type", code or f"{type(exc).__module__}.{type(exc).__qualname__}")
+    span.set_attribute("error.type", kind)
     span.set_status(StatusCode.ERROR)
+    return kind
 
 
 def _note(span: Span, status: int, headers: Mapping[str, str] | None) -> None:
@@ -117,6 +141,9 @@ def _note(span: Span, status: int, headers: Mapping[str, str] | None) -> None:
 
 def answered(status: int, headers: Mapping[str, str]) -> None:
     """Note an answer on the current request's span (the runner's I/O calls it)."""
+    noted = _STATUS.get()
+    if noted is not None:
+        noted[0] = status
     span = trace.get_current_span()
     if span.is_recording():
         _note(span, status, headers)
