@@ -27,7 +27,7 @@ from azure.storage.queue import QueueClient
 
 from .._lifecycle import Receive
 from .._messages._message import Message
-from .._messages._tracing import failed_as
+from .._messages._tracing import failed, failed_as
 from .._outcome import Outcome
 from ._breaker import Breaker
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
@@ -221,19 +221,19 @@ class Settler:
                 refusals.append(refused)
                 receive.fault(refused.why)
 
+        # Said inside the span: a log line made there carries the message's trace.
         with queue_span("delete", self.queue.queue_name, held, outcome.message) as span:
             Receive(held.id, on_complete=delete).complete()
-            if refusals:
+            if refusals:  # faulted: it comes again, as a duplicate
                 failed_as(span, "lost_lock" if refusals[0].lost_lock else "not_deleted")
-        if refusals:  # faulted: it comes again, as a duplicate
-            self.count(faulted=1, lost_locks=int(refusals[0].lost_lock))
-            self.report("faulted", held, outcome.message, refusals[0].why, outcome)
-        elif outcome.status == "duplicate":
-            self.count(duplicates=1)
-            self.report("duplicate", held, outcome.message, None, outcome)
-        else:
-            self.count(completed=1)
-            self.report("completed", held, outcome.message, None, outcome)
+                self.count(faulted=1, lost_locks=int(refusals[0].lost_lock))
+                self.report("faulted", held, outcome.message, refusals[0].why, outcome)
+            elif outcome.status == "duplicate":
+                self.count(duplicates=1)
+                self.report("duplicate", held, outcome.message, None, outcome)
+            else:
+                self.count(completed=1)
+                self.report("completed", held, outcome.message, None, outcome)
 
     def fail(self, held: Held, outcome: Outcome) -> None:
         """A failure of the message: poisoned on its last allowed receive, else
@@ -252,8 +252,8 @@ class Settler:
             Receive(held.id, on_abandon=lambda r: self.release(held, self.later(held))).abandon(
                 reason
             )
-        self.count(abandoned=1)
-        self.report("abandoned", held, outcome.message, reason, outcome)
+            self.count(abandoned=1)
+            self.report("abandoned", held, outcome.message, reason, outcome)
 
     def fault(self, held: Held, message: Message, outcome: Outcome) -> None:
         """Storage away: the message is kept in hand, its lock renewed, and
@@ -297,23 +297,23 @@ class Settler:
         ``told``: the reason as the log line says it (without the receive)."""
         entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
         held.kept = True  # its lock renewed while the entry waits for the service
-        try:
-            kind = {"streamstone.outcome": outcome.kind if outcome is not None else None}
-            with queue_span("poison", self.queue.queue_name, held, message, **kind):
-                self._waiting(
-                    lambda: self.poisons.send(entry), f"poisoning queue message {held.id!r}"
-                )
-        except AzureError as exc:  # kept: its lock runs out, it comes again
-            with held.lock:
-                held.done = True
-            _log.warning("message %r not poisoned (it comes again): %s", held.id, exc)
-            return
-        with self._counting:
-            self._poisoned[held.id] = held.count
-            while len(self._poisoned) > REMEMBERED:
-                self._poisoned.popitem(last=False)
-        self.count(poisoned=1)
-        self.report("poisoned", held, message, told or reason, outcome)
+        kind = {"streamstone.outcome": outcome.kind if outcome is not None else None}
+        with queue_span("poison", self.queue.queue_name, held, message, **kind) as span:
+            try:
+                self._waiting(lambda: self.poisons.send(entry),
+                              f"poisoning queue message {held.id!r}")  # fmt: skip
+            except AzureError as exc:  # kept: its lock runs out, it comes again
+                failed(span, exc)
+                with held.lock:
+                    held.done = True
+                _log.warning("message %r not poisoned (it comes again): %s", held.id, exc)
+                return
+            with self._counting:
+                self._poisoned[held.id] = held.count
+                while len(self._poisoned) > REMEMBERED:
+                    self._poisoned.popitem(last=False)
+            self.count(poisoned=1)
+            self.report("poisoned", held, message, told or reason, outcome)
         self._forget_poisoned(held)
 
     def poisoned_before(self, held: Held) -> bool:
