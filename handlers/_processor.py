@@ -46,6 +46,7 @@ from ._compression import Compression
 from ._errors import NonDeterministicHandlerError
 from ._handler import Handler
 from ._messages._message import Message
+from ._messages._tracing import TraceContext, check_trace_context
 from ._outcome import (
     Dispatch,
     LateDuplicates,
@@ -98,6 +99,9 @@ class Processor(KeyReader[S]):
     (when smaller); reads take both forms, whatever the setting.
     ``max_batch``: a :meth:`process_batch` of more messages is folded,
     written and published in consecutive chunks of at most this many.
+    ``trace_context``: what the trace context in a message's headers is to
+    the spans made for it (see docs/observability.md): their ``"parent"``
+    (the default), or a ``"link"`` from spans in the caller's context.
 
     Threads may call :meth:`process_batch` at once if the publisher is thread-safe.
     """
@@ -118,6 +122,7 @@ class Processor(KeyReader[S]):
         cache: HeaderCache | None = None,
         compression: Compression = None,
         max_batch: int = 500,
+        trace_context: TraceContext = "parent",
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -132,6 +137,7 @@ class Processor(KeyReader[S]):
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         self.max_batch = max_batch
+        self.trace_context = check_trace_context(trace_context)
         self.handler = handler
         self.publisher = publisher
         self.clock = clock
@@ -208,7 +214,7 @@ class Processor(KeyReader[S]):
             self.stats.messages += len(messages)
         outcomes: list[Outcome] = []
         stopped: Outcome | None = None
-        with processing(self.handler.name, key, messages) as spans:
+        with processing(self.handler.name, key, messages, self.trace_context) as spans:
             for start in range(0, len(messages), self.max_batch):
                 chunk = messages[start : start + self.max_batch]
                 if stopped is not None:  # as inside one chunk: the rest waits for the failed one

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         compression=args.compression,
         sent_at=args.sent_at,
         transport=args.transport,
+        trace_context=args.trace_context,
     )
     spark = session(args.master, spark_log_level=args.spark_log_level)
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)

@@ -21,7 +21,14 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
 
 from .._messages._message import Message
-from .._messages._tracing import carrying, context_of, failed, message_attributes, tracer
+from .._messages._tracing import (
+    TraceContext,
+    carrying,
+    failed,
+    message_attributes,
+    origin,
+    tracer,
+)
 from .._metrics import processed
 from .._outcome import Outcome, Step
 
@@ -90,16 +97,20 @@ class BatchSpans:
 
 
 @contextmanager
-def processing(handler: str, key: str, messages: Sequence[Message]) -> Iterator[BatchSpans]:
-    """The spans of a key's batch, the batch's current while the block runs."""
+def processing(
+    handler: str, key: str, messages: Sequence[Message], trace_context: TraceContext = "parent"
+) -> Iterator[BatchSpans]:
+    """The spans of a key's batch, the batch's current while the block runs;
+    each message's a child of its input's context, or linked to it."""
     started = time.perf_counter()
     made = tracer()
     spans: dict[int, Span] = {}
     for message in messages:
         if id(message) in spans:
             continue
+        parent, links = origin(message, trace_context)
         span = made.start_span(
-            f"process {handler}", context=context_of(message), kind=SpanKind.CONSUMER
+            f"process {handler}", context=parent, kind=SpanKind.CONSUMER, links=links
         )
         if span.is_recording():
             span.set_attributes(message_attributes(message))

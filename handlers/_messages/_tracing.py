@@ -15,28 +15,42 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract, inject
-from opentelemetry.trace import Span, SpanKind, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, StatusCode
 
 from ._message import Message, without_trace
 
 __all__ = [
     "SCOPE",
+    "TraceContext",
     "carrying",
+    "check_trace_context",
     "context_of",
     "failed",
     "failed_as",
     "message_attributes",
     "message_span",
+    "origin",
     "tracer",
 ]
 
 #: The instrumentation scope of the runtime's spans.
 SCOPE: Final = "handlers"
+
+#: What an input's trace context is to the spans made for it: their
+#: ``"parent"`` (they join the sender's trace), or a ``"link"`` from spans
+#: made in the context current where it is handled (a trace of their own).
+TraceContext = Literal["parent", "link"]
+
+
+def check_trace_context(value: object) -> TraceContext:
+    if value not in ("parent", "link"):
+        raise ValueError(f"trace_context must be 'parent' or 'link', got {value!r}")
+    return "parent" if value == "parent" else "link"
 
 
 def tracer() -> trace.Tracer:
@@ -56,6 +70,17 @@ def context_of(message: Message) -> otel_context.Context | None:
     return found if trace.get_current_span(found).get_span_context().is_valid else None
 
 
+def origin(
+    message: Message | None, trace_context: TraceContext
+) -> tuple[otel_context.Context | None, list[Link]]:
+    """The parent of a span made for ``message`` (None: the current context)
+    and its links: the context its headers carry, as one or the other."""
+    found = context_of(message) if message is not None else None
+    if found is None or trace_context == "parent":
+        return found, []
+    return None, [Link(trace.get_current_span(found).get_span_context())]
+
+
 def message_attributes(message: Message) -> dict[str, Any]:
     return {
         "messaging.message.id": message.id,
@@ -71,15 +96,18 @@ def message_span(
     kind: SpanKind,
     *,
     start_time: int | None = None,
+    trace_context: TraceContext = "parent",
     **attributes: Any,
 ) -> Iterator[Span]:
     """A span of what is done with ``message``, a child of the context its
-    headers carry; an exception marks it failed (its class, no message text)."""
-    parent = context_of(message) if message is not None else None
+    headers carry (or linked to it); an exception marks it failed (its
+    class, no message text)."""
+    parent, links = origin(message, trace_context)
     with tracer().start_as_current_span(
         name,
         context=parent,
         kind=kind,
+        links=links,
         start_time=start_time,
         record_exception=False,
         set_status_on_exception=False,

@@ -166,7 +166,8 @@ class QueueConsumer:
                                  on_open=lambda: self._count(outages=1))  # fmt: skip
         self._settle = Settler(queue, self.poison_queue, max_dequeue_count,
                                (backoff, max_backoff), on_outcome, self._queueing,
-                               self._stop, processor.handler.name)  # fmt: skip
+                               self._stop, processor.handler.name,
+                               processor.trace_context)  # fmt: skip
         self._renewal = LockRenewal(queue, visibility_timeout, lambda: self._count(renewed=1),
                                     self._queueing)  # fmt: skip
 
@@ -243,7 +244,8 @@ class QueueConsumer:
             self._renewal.hold(held)
             message = self._admit(held, queue_message, text)
             if message is not None:
-                _spans.received(self.queue.queue_name, held, message, started)
+                _spans.received(self.queue.queue_name, held, message, started,
+                                self.processor.trace_context)  # fmt: skip
                 by_key.setdefault(message.key, []).append((held, message))
         try:
             futures = [pool.submit(self._key, key, items) for key, items in by_key.items()]

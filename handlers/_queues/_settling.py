@@ -20,14 +20,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final, Literal
+from functools import partial
+from typing import Any, Final, Literal
 
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
 from .._lifecycle import Receive
 from .._messages._message import Message
-from .._messages._tracing import failed, failed_as
+from .._messages._tracing import TraceContext, failed, failed_as
 from .._outcome import Outcome
 from ._breaker import Breaker
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
@@ -121,9 +122,11 @@ class Settler:
         breaker: Breaker,
         stop: threading.Event,
         handler: str,
+        trace_context: TraceContext,
     ) -> None:
         self.queue = queue
         self.metrics = QueueMetrics(queue, poison_queue, handler)
+        self._span = partial(queue_span, trace_context=trace_context)
         self.poisons = PoisonQueue(poison_queue)
         self.max_dequeue_count = max_dequeue_count
         self.backoff = backoff
@@ -222,7 +225,7 @@ class Settler:
                 receive.fault(refused.why)
 
         # Said inside the span: a log line made there carries the message's trace.
-        with queue_span("delete", self.queue.queue_name, held, outcome.message) as span:
+        with self._span("delete", self.queue.queue_name, held, outcome.message) as span:
             Receive(held.id, on_complete=delete).complete()
             if refusals:  # faulted: it comes again, as a duplicate
                 failed_as(span, "lost_lock" if refusals[0].lost_lock else "not_deleted")
@@ -248,7 +251,7 @@ class Settler:
                 told=reason,
             )
             return
-        with queue_span("abandon", self.queue.queue_name, held, outcome.message):
+        with self._span("abandon", self.queue.queue_name, held, outcome.message):
             Receive(held.id, on_abandon=lambda r: self.release(held, self.later(held))).abandon(
                 reason
             )
@@ -297,8 +300,8 @@ class Settler:
         ``told``: the reason as the log line says it (without the receive)."""
         entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
         held.kept = True  # its lock renewed while the entry waits for the service
-        kind = {"streamstone.outcome": outcome.kind if outcome is not None else None}
-        with queue_span("poison", self.queue.queue_name, held, message, **kind) as span:
+        kind: dict[str, Any] = {"streamstone.outcome": outcome.kind if outcome else None}
+        with self._span("poison", self.queue.queue_name, held, message, **kind) as span:
             try:
                 self._waiting(lambda: self.poisons.send(entry),
                               f"poisoning queue message {held.id!r}")  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any, Final
 from opentelemetry.trace import Span, SpanKind
 
 from .._messages._message import Message
-from .._messages._tracing import message_span
+from .._messages._tracing import TraceContext, message_span
 from ._locks import Held
 
 __all__ = ["queue_span", "received"]
@@ -31,7 +31,9 @@ def _attributes(operation: str, queue: str, held: Held) -> dict[str, Any]:
     }
 
 
-def received(queue: str, held: Held, message: Message, started: int) -> None:
+def received(
+    queue: str, held: Held, message: Message, started: int, trace_context: TraceContext
+) -> None:
     """The receive of an admitted message: from the page's request (``started``,
     in ns since the epoch) to its admission."""
     with message_span(
@@ -39,6 +41,7 @@ def received(queue: str, held: Held, message: Message, started: int) -> None:
         message,
         SpanKind.CONSUMER,
         start_time=started,
+        trace_context=trace_context,
         **{"messaging.operation.type": "receive", **_attributes("receive", queue, held)},
     ):
         pass
@@ -46,7 +49,13 @@ def received(queue: str, held: Held, message: Message, started: int) -> None:
 
 @contextmanager
 def queue_span(
-    operation: str, queue: str, held: Held, message: Message | None, **attributes: Any
+    operation: str,
+    queue: str,
+    held: Held,
+    message: Message | None,
+    *,
+    trace_context: TraceContext,
+    **attributes: Any,
 ) -> Iterator[Span]:
     """A settling of ``held`` on the queue (``delete``, ``abandon``, ``poison``)."""
     kind = "settle" if operation != "poison" else "send"
@@ -54,6 +63,7 @@ def queue_span(
         f"{operation} {queue}",
         message,
         SpanKind.PRODUCER if operation == "poison" else SpanKind.CLIENT,
+        trace_context=trace_context,
         **{"messaging.operation.type": kind, **_attributes(operation, queue, held), **attributes},
     ) as span:
         yield span

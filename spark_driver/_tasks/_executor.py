@@ -128,6 +128,7 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         cache=_worker.header_cache if settings.header_cache else None,
         compression=settings.compression,
         max_batch=settings.batch_size,
+        trace_context=settings.trace_context,
     )
 
 
