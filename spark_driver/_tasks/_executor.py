@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +15,7 @@ from azure.core.exceptions import AzureError
 from pyspark.sql.types import (
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -77,6 +78,9 @@ RESULT_SCHEMA = StructType(
         StructField("produced", TimestampType()),
         # An outcome's kind (``handlers.OutcomeKind``): why, as data.
         StructField("cause", StringType()),
+        # An output's headers as it was published: the handler's, and the
+        # trace context of the span that published it (transport metadata).
+        StructField("headers", MapType(StringType(), StringType())),
     ]
 )
 _COLUMNS = RESULT_SCHEMA.fieldNames()
@@ -102,12 +106,15 @@ def _outcome_row(message_id: str | None, key: str | None, type_: str | None, sta
     )  # fmt: skip
 
 
-def _output_rows(key: str, outcome: Outcome) -> Iterator[tuple[Any, ...]]:
+def _output_rows(
+    key: str, outcome: Outcome, published: Mapping[str, Message]
+) -> Iterator[tuple[Any, ...]]:
     for out in outcome.outputs:
+        sent = published.get(out.id, out)  # as published: carrying its trace context
         yield result_row(
             OUTPUT, message_id=out.id, key=out.key, type=out.type, body=body_json(out.body),
             source_message_id=outcome.message_id, source_key=key, due=out.due,
-            produced=out.produced,
+            produced=out.produced, headers=dict(sent.headers),
         )  # fmt: skip
 
 
@@ -156,6 +163,8 @@ def _process_key(
         else:
             messages.append(message)
             sources.append(row)
+    publisher = processor.publisher
+    published = publisher.messages if isinstance(publisher, InMemoryPublisher) else {}
     conflicts_before = processor.stats.conflicts_retried
     outcomes = _process_messages(processor, key, messages, settings) if messages else []
     # On the key's first outcome row, so the outcome rows add up to the run's total.
@@ -180,7 +189,7 @@ def _process_key(
                     f"message {outcome.message_id!r} of key {key!r} {outcome.status}: "
                     f"{outcome.reason}"
                 )
-        out.extend(_output_rows(key, outcome))
+        out.extend(_output_rows(key, outcome, published))
         out.append(
             _outcome_row(
                 outcome.message_id,
