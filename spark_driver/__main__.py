@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         transport=args.transport,
         trace_context=args.trace_context,
     )
-    spark = session(args.master, spark_log_level=args.spark_log_level)
+    try:
+        spark = session(args.master, spark_log_level=args.spark_log_level)
+    except (ImportError, ValueError) as exc:  # OTEL_* set without the SDK, or set wrong
+        parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
     status, line, lost = 0, None, None
     interrupted = threading.Event()

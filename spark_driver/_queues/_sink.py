@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 from handlers import Message, PoisonEntry, QueuePublisher, from_json_data
 
 from .._tasks._executor import OUTCOME, RESULT_SCHEMA
+from .._tasks._telemetry import counted
 from ._config import (
     MAX_HIDDEN,
     QueueConfig,
@@ -145,6 +146,7 @@ def settle_partition(
     poisoned, lost)``."""
     queue = queue_service().get_queue_client(queue_name)
     done = each(rows, partial(_settle, queue, max_dequeue_count, backoff))
+    counted(["poisoned"] * done.count("poisoned"), **{"messaging.destination.name": queue_name})
     yield done.count("deleted"), done.count("released"), done.count("poisoned"), done.count("lost")
 
 

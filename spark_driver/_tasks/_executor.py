@@ -34,7 +34,7 @@ from streamstone_py import StreamstoneError
 
 from .._logs import configure as configure_logging
 from .._settings import JobSettings, resolve_handler
-from . import _worker
+from . import _telemetry, _worker
 from ._rows import body_json, parse_row, raw_input
 from ._worker import table_client
 
@@ -84,6 +84,7 @@ RESULT_SCHEMA = StructType(
     ]
 )
 _COLUMNS = RESULT_SCHEMA.fieldNames()
+_STATUS = _COLUMNS.index("status")
 
 
 def result_row(kind: str, **columns: Any) -> tuple[Any, ...]:
@@ -205,6 +206,8 @@ def _process_key(
         conflicts = 0
     if settings.retains and outcomes:
         out.append(_retain(processor, key, outcomes, settings))
+    _telemetry.counted((r[_STATUS] for r in out if r[0] == OUTCOME), **{
+        "streamstone.handler": processor.handler.name})  # fmt: skip
     return out
 
 
@@ -283,8 +286,10 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
     out key by key in the input's order, whatever finishes first. A last row
     (kind ``task``) counts the storage requests the task sent.
     """
+    _telemetry.configure()  # from this worker's OTEL_* variables, once
     before = _worker.request_count.value
     yield from _process_keys(rows, settings)
+    _telemetry.flush()
     yield result_row(TASK, requests=_worker.request_count.value - before)
 
 
