@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
 
 from .._messages._message import Message
+from .._messages._metrics import processed
 from .._messages._tracing import (
     TraceContext,
     carrying,
@@ -29,7 +30,6 @@ from .._messages._tracing import (
     origin,
     tracer,
 )
-from .._metrics import processed
 from .._outcome import Outcome, Step
 
 __all__ = ["BatchSpans", "processing"]

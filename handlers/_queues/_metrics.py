@@ -21,7 +21,7 @@ from azure.storage.queue import QueueClient
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from .._metrics import SCOPE, PerProvider
+from .._messages._metrics import SCOPE, PerProvider
 
 __all__ = ["QueueMetrics"]
 

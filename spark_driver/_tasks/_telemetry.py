@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from opentelemetry import metrics, trace
 
-from handlers._metrics import PerProvider
+from handlers._messages._metrics import PerProvider
 
 __all__ = ["configure", "counted", "flush", "wanted"]
 
