@@ -1,0 +1,137 @@
+"""Trace headers against what an application and its senders really do: a
+sender's tracestate as long as W3C allows, trace headers that do not read,
+the application's own propagators and baggage, versions stored before trace
+headers were left out of an output's identity. A message is never shelved,
+and an output never changed, for how it travelled."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from azure.data.tables import TableClient
+from azure.storage.queue import QueueClient, QueueServiceClient
+from opentelemetry import baggage, context, propagate
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import get_current_span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from handlers import (
+    MAX_QUEUE_MESSAGE_BYTES,
+    HandlerContext,
+    InMemoryPublisher,
+    Message,
+    Processor,
+    QueueConsumer,
+    QueuePublisher,
+    encode_envelope,
+    handler,
+    read_queue_text,
+)
+from tests.helpers import drain
+from tests.queueing import Tally, add, poison_of, send, states, tally
+from tests.test_tracing_messages import _traceparent, _under
+
+#: A tracestate as long as W3C Trace Context and the API take (32 members, 8,192
+#: characters; a 256-character value each would be 8 KiB more, which the API drops).
+LONGEST_TRACESTATE = ",".join(f"k{i:02d}={'v' * 251}" for i in range(32))
+
+
+@handler("Grow", Tally, types=["Add"])
+def grow(state: Tally, message: Message, ctx: HandlerContext) -> None:
+    """An output as large as its input asks: ``pad`` characters of body."""
+    state.total += message.body["n"]
+    state.seen.append(message.id)
+    ctx.publish("Grown", {"pad": "x" * message.body["pad"]}, id=f"{message.id}-grown")
+
+
+def _queue_bytes(message: Message) -> int:
+    return 4 * ((len(encode_envelope(message).encode("utf-8")) + 2) // 3)
+
+
+def _pad_short_of_the_limit(key: str, room: int) -> int:
+    """The pad that makes ``grow``'s output ``room`` bytes short of a queue message's limit."""
+
+    def output(pad: int) -> Message:
+        return Message("m-1-grown", key, "Grown", {"pad": "x" * pad}, produced=datetime.now(UTC))
+
+    base = _queue_bytes(output(0))
+    pad = (MAX_QUEUE_MESSAGE_BYTES - room - base) * 3 // 4
+    assert (
+        MAX_QUEUE_MESSAGE_BYTES - room - 8
+        < _queue_bytes(output(pad))
+        <= (MAX_QUEUE_MESSAGE_BYTES - room)
+    )
+    return pad
+
+
+def test_a_sender_s_longest_tracestate_never_keeps_an_output_from_its_queue(
+    table: TableClient, queues: QueueServiceClient, queue: QueueClient, spans: InMemorySpanExporter
+) -> None:
+    traceparent, trace_id, _ = _traceparent()
+    headers = {"traceparent": traceparent, "tracestate": LONGEST_TRACESTATE}
+    taken = get_current_span(TraceContextTextMapPropagator().extract(headers))
+    assert len(taken.get_span_context().trace_state) == 32  # the API takes it whole
+    out = f"{queue.queue_name}-out"
+    queues.create_queue(out)
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    pad = _pad_short_of_the_limit(key, room=256)  # fits, as the publisher checked it
+    send(queue, Message("m-1", key, "Add", {"n": 2, "pad": pad}, headers))
+    processor = Processor(grow, table, QueuePublisher(queues, lambda m: out))
+    consumer = QueueConsumer(processor, queue, max_dequeue_count=2, backoff=timedelta(0))
+
+    stats = consumer.run(until_empty=True)
+
+    assert (stats.received, stats.completed, stats.poisoned) == (1, 1, 0)
+    assert poison_of(queues, queue) == []
+    assert states(processor, key) == {key: (1, Tally(2, ["m-1"]))}
+    (output,) = [read_queue_text(t) for t in drain(queues.get_queue_client(out))]
+    assert output.identity() == Message("m-1-grown", key, "Grown", {"pad": "x" * pad}).identity()
+    # In its trace still: the traceparent fits where the sender's tracestate did not.
+    (publish,) = [s for s in spans.get_finished_spans() if s.name == "publish Grow"]
+    assert dict(output.headers) == {
+        "traceparent": f"00-{trace_id:032x}-{publish.context.span_id:016x}-01"
+    }
+
+
+def test_the_application_s_baggage_never_goes_into_an_output(
+    table: TableClient, spans: InMemorySpanExporter
+) -> None:
+    publisher = InMemoryPublisher()
+    processor = Processor(tally, table, publisher)
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    traceparent, _, _ = _traceparent()
+    message = _under(add(1, key, 2), traceparent)
+    before = propagate.get_global_textmap()
+    # The API's default propagators, named: W3C Trace Context and W3C Baggage.
+    propagate.set_global_textmap(
+        CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
+    )
+    try:
+        for request in ("r-1", "r-2"):  # the same command, sent by two requests of a web app
+            token = context.attach(baggage.set_baggage("request", request))
+            try:
+                processor.process(message)
+            finally:
+                context.detach(token)
+    finally:
+        propagate.set_global_textmap(before)
+
+    assert [sorted(o.headers) for o in publisher.deliveries] == [["traceparent"]] * 2
+    assert publisher.divergent == []
+    assert states(processor, key) == {key: (1, Tally(2, ["m-1"]))}
+
+
+def test_without_an_sdk_an_input_s_trace_is_not_added_to_its_outputs(table: TableClient) -> None:
+    publisher = InMemoryPublisher()
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    traceparent, _, _ = _traceparent()
+    message = Message("m-1", key, "Add", {"n": 2},
+                      {"traceparent": traceparent, "tracestate": "vendor=7"})  # fmt: skip
+
+    outcome = Processor(tally, table, publisher).process(message)
+
+    assert outcome.status == "completed"
+    assert [dict(o.headers) for o in publisher.deliveries] == [{}]
