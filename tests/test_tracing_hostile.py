@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from azure.data.tables import TableClient
+from azure.data.tables import TableClient, UpdateMode
 from azure.storage.queue import QueueClient, QueueServiceClient
 from opentelemetry import baggage, context, propagate
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
@@ -30,9 +30,10 @@ from handlers import (
     handler,
     read_queue_text,
 )
+from handlers._messages._codec import digest, pack
 from tests.helpers import drain
 from tests.queueing import Tally, add, poison_of, send, states, tally
-from tests.test_tracing_messages import _traceparent, _under
+from tests.test_tracing_messages import _traceparent, _under, echo
 
 #: A tracestate as long as W3C Trace Context and the API take (32 members, 8,192
 #: characters; a 256-character value each would be 8 KiB more, which the API drops).
@@ -121,6 +122,29 @@ def test_the_application_s_baggage_never_goes_into_an_output(
 
     assert [sorted(o.headers) for o in publisher.deliveries] == [["traceparent"]] * 2
     assert publisher.divergent == []
+    assert states(processor, key) == {key: (1, Tally(2, ["m-1"]))}
+
+
+def test_a_duplicate_of_a_version_stored_before_trace_headers_left_identity_replays(
+    table: TableClient,
+) -> None:
+    """A handler that passes its input's headers on, a version stored by the
+    runtime before this change (its digest of the outputs' whole encoding,
+    trace headers in), and the queue's copy of that message again."""
+    processor = Processor(echo, table, InMemoryPublisher())
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    traceparent, _, _ = _traceparent()
+    message = _under(add(1, key, 2), traceparent)
+    first = processor.process(message)
+    entity = table.get_entity(key, "Echo|SS-SE-0000000001")
+    entity["Digest"] = digest(pack([o.encode() for o in first.outputs]))
+    table.update_entity(entity, mode=UpdateMode.REPLACE)
+
+    again = processor.process(message)
+
+    assert (first.status, again.status, again.version) == ("completed", "duplicate", 1)
+    assert [o.encode() for o in again.outputs] == [o.encode() for o in first.outputs]
+    assert [dict(o.headers) for o in again.outputs] == [{"traceparent": traceparent}]
     assert states(processor, key) == {key: (1, Tally(2, ["m-1"]))}
 
 
