@@ -6,6 +6,7 @@ and an output never changed, for how it travelled."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -38,6 +39,8 @@ from tests.test_tracing_messages import _traceparent, _under, echo
 #: A tracestate as long as W3C Trace Context and the API take (32 members, 8,192
 #: characters; a 256-character value each would be 8 KiB more, which the API drops).
 LONGEST_TRACESTATE = ",".join(f"k{i:02d}={'v' * 251}" for i in range(32))
+
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 @handler("Grow", Tally, types=["Add"])
@@ -159,3 +162,62 @@ def test_without_an_sdk_an_input_s_trace_is_not_added_to_its_outputs(table: Tabl
 
     assert outcome.status == "completed"
     assert [dict(o.headers) for o in publisher.deliveries] == [{}]
+
+
+#: Trace headers that do not read (W3C Trace Context), each on a message of its own.
+_UNREADABLE = {
+    "version-ff": {"traceparent": "ff-" + "1" * 32 + "-" + "2" * 16 + "-01"},
+    "zero-trace": {"traceparent": "00-" + "0" * 32 + "-" + "2" * 16 + "-01"},
+    "zero-span": {"traceparent": "00-" + "1" * 32 + "-" + "0" * 16 + "-01"},
+    "upper-hex": {"traceparent": "00-" + "A" * 32 + "-" + "B" * 16 + "-01"},
+    "v00-more": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01-more"},
+    "garbage": {"traceparent": "not a trace"},
+    "non-ascii": {"traceparent": "00-" + "é" * 32 + "-" + "2" * 16 + "-01"},
+    "huge": {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01" + "-x" * 10_000},
+    "empty": {"traceparent": ""},
+}
+#: Readable traceparents beside tracestates that do not read, or names in other cases.
+_ODD = {
+    "dup-keys": {"tracestate": "a=1,a=2"},
+    "bad-member": {"tracestate": "a=1,B=é"},
+    "33-members": {"tracestate": ",".join(f"m{i}=v" for i in range(33))},
+    "long-value": {"tracestate": "a=" + "v" * 10_000},
+    "upper-name": {"TraceParent": "00-" + "3" * 32 + "-" + "4" * 16 + "-01"},
+}
+
+
+def test_trace_headers_that_do_not_read_never_stop_a_message(
+    table: TableClient, queue: QueueClient, queues: QueueServiceClient, spans: InMemorySpanExporter
+) -> None:
+    publisher = InMemoryPublisher()
+    processor = Processor(tally, table, publisher)
+    tag = uuid.uuid4().hex[:6]
+    sent: dict[str, Message] = {}
+    for name, headers in [*_UNREADABLE.items(), *_ODD.items()]:
+        traceparent, _, _ = _traceparent()
+        readable = {"traceparent": traceparent} if name in _ODD else {}
+        sent[name] = Message(f"m-{name}", f"{tag}-{name}", "Add", {"n": 2},
+                             {**readable, **headers})  # fmt: skip
+        send(queue, sent[name])
+
+    stats = QueueConsumer(processor, queue, backoff=timedelta(0)).run(until_empty=True)
+
+    assert (stats.received, stats.completed, stats.poisoned) == (len(sent), len(sent), 0)
+    assert poison_of(queues, queue) == []
+    keys = [m.key for m in sent.values()]
+    assert states(processor, *keys) == {m.key: (1, Tally(2, [m.id])) for m in sent.values()}
+    assert sorted(o.key for o in publisher.deliveries) == sorted(keys)
+    for output in publisher.deliveries:  # each in a trace of its own, or its sender's
+        assert sorted(output.headers) in (["traceparent"], ["traceparent", "tracestate"])
+        assert _TRACEPARENT.fullmatch(output.headers["traceparent"]), output.headers
+    parents = {
+        dict(s.attributes or {})["messaging.message.id"]: s.parent
+        for s in spans.get_finished_spans()
+        if s.name == "process Tally"
+    }
+    assert {f"m-{name}" for name in _UNREADABLE if parents[f"m-{name}"] is None} == {
+        f"m-{name}" for name in _UNREADABLE
+    }
+    for name in ("dup-keys", "long-value"):  # a tracestate that does not read is left behind
+        (output,) = [o for o in publisher.deliveries if o.key == sent[name].key]
+        assert "tracestate" not in output.headers
