@@ -241,7 +241,7 @@ class Processor(KeyReader[S]):
                 self.cache.drop(partition)  # an entry never outlives a failure it took part in
             raise
         try:
-            with spans.publishing(plan.steps) as publish:
+            with spans.publishing(plan.steps, getattr(self.publisher, "check", None)) as publish:
                 if publish:
                     self.publisher.publish(publish)
             dispatched = [s.message.id for s in plan.steps if s.dispatch]

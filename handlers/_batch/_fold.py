@@ -46,8 +46,8 @@ from .._errors import (
     UnreadableStateError,
 )
 from .._messages._admission import id_refusal, type_refusal
-from .._messages._codec import digest, pack
-from .._messages._message import Message
+from .._messages._codec import pack
+from .._messages._message import Message, outputs_digest
 from .._outcome import Found, LateDuplicates, OutcomeKind, Plan, Step
 from .._reading import header_state
 from .._store import ID_SCHEME, RECORDS, RETAIN_CUT, STATE, WATERMARK, OutputRecord
@@ -160,7 +160,7 @@ class Folder:
             "MessageType": message.type,
             "Now": context.now(),
             # Of what the outputs are, not of the trace they went out under.
-            "Digest": digest(pack([o.identity() for o in context.outputs])),
+            "Digest": outputs_digest(context.outputs),
             ID_SCHEME: context.id_scheme,
             **split_binary(STATE, stored),
         }

@@ -13,7 +13,7 @@ outcome keeps the output as the handler made it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
@@ -52,25 +52,35 @@ class BatchSpans:
         return self._spans.get(id(message), self._batch)
 
     @contextmanager
-    def publishing(self, steps: Sequence[Step]) -> Iterator[list[Message]]:
+    def publishing(
+        self, steps: Sequence[Step], check: Callable[[Message], None] | None = None
+    ) -> Iterator[list[Message]]:
         """The steps' outputs, each carrying the context of its own publish span
-        (ended once the block is done, failed if it raises)."""
+        as far as the publisher's ``check`` lets it (see ``carrying``), the
+        spans ended once the block is done, failed if it raises."""
         spans: list[Span] = []
         outputs: list[Message] = []
-        for step in steps:
-            parent = trace.set_span_in_context(self._of(step.message))
-            for output in step.outputs:
-                span = tracer().start_span(
-                    f"publish {self.handler}", context=parent, kind=SpanKind.PRODUCER
-                )
-                if span.is_recording():
-                    span.set_attributes(message_attributes(output))
-                    span.set_attributes(
-                        {"messaging.operation.type": "send", "streamstone.handler": self.handler}
-                    )
-                spans.append(span)
-                outputs.append(carrying(output, span))
         try:
+            for step in steps:
+                source = self._of(step.message)
+                parent = trace.set_span_in_context(source)
+                for output in step.outputs:
+                    span = tracer().start_span(
+                        f"publish {self.handler}", context=parent, kind=SpanKind.PRODUCER
+                    )
+                    spans.append(span)
+                    if span.is_recording():
+                        span.set_attributes(message_attributes(output))
+                        span.set_attributes(
+                            {
+                                "messaging.operation.type": "send",
+                                "streamstone.handler": self.handler,
+                            }
+                        )
+                    # The API alone makes no span: it hands back the parent's
+                    # context (a sender's), and no header is added without an SDK.
+                    made = span.get_span_context() != source.get_span_context()
+                    outputs.append(carrying(output, span, check) if made else output)
             yield outputs
         except BaseException as exc:
             for span in spans:

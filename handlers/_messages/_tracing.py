@@ -7,20 +7,22 @@ never part of what a message is (see :meth:`Message.identity`), so a copy
 delivered under another trace is the same message and gives the same outputs.
 
 Spans go through the OpenTelemetry API: without an SDK installed they are
-no-ops, and nothing is added to any message.
+no-ops, and nothing is added to any message. The headers read and written
+are W3C Trace Context's alone, whatever propagators the application set (its
+baggage, B3's headers): the very headers :meth:`Message.identity` leaves out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Final, Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.propagate import extract, inject
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ._message import Message, without_trace
 
@@ -40,6 +42,9 @@ __all__ = [
 
 #: The instrumentation scope of the runtime's spans.
 SCOPE: Final = "handlers"
+#: Not the global propagator: another one (baggage, B3) would put headers in an
+#: output that differ from copy to copy and that its identity keeps.
+_W3C: Final = TraceContextTextMapPropagator()
 
 #: What an input's trace context is to the spans made for it: their
 #: ``"parent"`` (they join the sender's trace), or a ``"link"`` from spans
@@ -65,7 +70,7 @@ def context_of(message: Message) -> otel_context.Context | None:
     headers = message.headers
     if "traceparent" not in headers:
         return None
-    found = extract(dict(headers))
+    found = _W3C.extract(dict(headers))
     # A traceparent that does not read is no parent: the current context stands.
     return found if trace.get_current_span(found).get_span_context().is_valid else None
 
@@ -134,13 +139,30 @@ def failed_as(span: Span, kind: str) -> None:
         span.set_status(StatusCode.ERROR)
 
 
-def carrying(output: Message, span: Span) -> Message:
+def carrying(
+    output: Message, span: Span, check: Callable[[Message], None] | None = None
+) -> Message:
     """``output`` with ``span``'s context in its headers, in place of any it
-    had (a handler may have copied its input's); itself when there is none."""
+    had (a handler may have copied its input's); itself when there is none.
+
+    ``check`` is the publisher's (``ValueError`` for an output it could not
+    deliver). It passed the output as the handler made it, before its state
+    was stored; the trace must not make it fail now (a sender's tracestate
+    may hold 8 KiB): one it refuses goes with the traceparent alone, else with
+    no trace header."""
     if not span.get_span_context().is_valid:
         return output
     headers: dict[str, str] = {}
-    inject(headers, context=trace.set_span_in_context(span))
+    _W3C.inject(headers, context=trace.set_span_in_context(span))
     if not headers:
         return output
-    return replace(output, headers={**without_trace(output.headers), **headers})
+    plain = without_trace(output.headers)
+    for trace_headers in (headers, {"traceparent": headers["traceparent"]}):
+        carried = replace(output, headers={**plain, **trace_headers})
+        try:
+            if check is not None:
+                check(carried)
+        except (ValueError, TypeError):
+            continue
+        return carried
+    return replace(output, headers=plain)
