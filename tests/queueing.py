@@ -14,7 +14,18 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 from handlers import HandlerContext, Message, PoisonEntry, Processor, encode_envelope, handler
 from tests.helpers import drain
 
-__all__ = ["Seen", "Tally", "add", "fixed_tally", "poison_of", "seen", "send", "states", "tally"]
+__all__ = [
+    "Seen",
+    "Tally",
+    "add",
+    "fixed_tally",
+    "poison_of",
+    "queue_text",
+    "seen",
+    "send",
+    "states",
+    "tally",
+]
 
 
 @dataclass
@@ -62,9 +73,14 @@ def seen(state: Seen, message: Message, ctx: HandlerContext) -> None:
     ctx.publish("Saw", {"body": message.body})
 
 
-def send(queue: QueueClient, message: Message, *, plain: bool = False) -> None:
+def queue_text(message: Message, *, plain: bool = False) -> str:
+    """The envelope as a queue message's text, base64 as the SDK's default encodes it."""
     text = encode_envelope(message)
-    queue.send_message(text if plain else base64.b64encode(text.encode()).decode())
+    return text if plain else base64.b64encode(text.encode()).decode()
+
+
+def send(queue: QueueClient, message: Message, *, plain: bool = False) -> None:
+    queue.send_message(queue_text(message, plain=plain))
 
 
 def poison_of(queues: QueueServiceClient, queue: QueueClient) -> list[PoisonEntry]:

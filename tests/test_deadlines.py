@@ -4,8 +4,10 @@ again by itself; a ``Retry-After`` is honoured in both of its forms."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ from azure.data.tables import UpdateMode
 from azurite.proxy import Action, Proxy, Request
 from streamstone_py import ConcurrencyConflictError, EventData, Partition, RetryPolicy, Stream
 from streamstone_py._transport._faults import MAX_RETRY_AFTER, parse_retry_after
+from streamstone_py._transport._wire import _client as client_module
+from streamstone_py._transport._wire._deadline import Watch, watching
 from tests.helpers import S, raw, rows
 
 #: One try of at most a second.
@@ -28,6 +32,20 @@ AMID_HEADERS = 0.006
 
 def gets(proxy: Proxy) -> list[Action]:
     return [action for request, action in proxy.seen if request.method == "GET"]
+
+
+def write_never_answered(client: Any, proxy: Proxy, policy: RetryPolicy) -> None:
+    """A write whose POST hangs: a lost answer by the deadline, resolved by one read."""
+    partition = Partition(client, "hung-" + uuid.uuid4().hex[:8], retry=policy)
+    proxy.plan(lambda request: "pass" if request.method == "GET" else "hang")
+    started = time.monotonic()
+
+    with pytest.raises(ServiceResponseTimeoutError):
+        S.write(partition, EventData(id="e1"), expected_version=0)
+
+    assert time.monotonic() - started < policy.total_time + MARGIN
+    assert [(r.method, a) for r, a in proxy.seen] == [("POST", "hang"), ("GET", "pass")]
+    assert rows(partition) == {}
 
 
 def first(action: Action, method: str) -> Any:
@@ -139,16 +157,7 @@ def test_a_write_that_never_gets_an_answer_ends_by_its_total_time(
     # Each storage call once had a deadline of its own, and the verb sent the
     # write again after each read found it not applied: 6 tries of 2 s took 12 s.
     policy = RetryPolicy(attempts=6, initial_delay=0.01, max_delay=0.05, total_time=1.0)
-    partition = Partition(proxied_client, "hung-" + uuid.uuid4().hex[:8], retry=policy)
-    proxy.plan(lambda request: "pass" if request.method == "GET" else "hang")
-    started = time.monotonic()
-
-    with pytest.raises(ServiceResponseTimeoutError):
-        S.write(partition, EventData(id="e1"), expected_version=0)
-
-    assert time.monotonic() - started < policy.total_time + MARGIN
-    assert [(r.method, a) for r, a in proxy.seen] == [("POST", "hang"), ("GET", "pass")]
-    assert rows(partition) == {}
+    write_never_answered(proxied_client, proxy, policy)
 
 
 @pytest.mark.parametrize("retry_after", [30, 10**12])
@@ -202,3 +211,21 @@ def test_retry_after_is_delta_seconds_in_ascii_digits_or_an_http_date(
     header: str, seconds: float | None
 ) -> None:
     assert parse_retry_after(header) == seconds
+
+
+@pytest.mark.parametrize("proxied_client", ["wire"], indirect=True)
+def test_a_hung_write_is_a_lost_answer_when_the_read_timeout_comes_before_the_watchdog(
+    proxied_client: Any, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The socket's read timeout and the watchdog share the deadline; on a
+    # busy machine the watchdog's thread may run after urllib3's timeout, and
+    # the hang was then said as a broken connection (ServiceResponseError),
+    # not the lost answer the docs promise. A watchdog that never fires in
+    # time stands for that thread, starved.
+    @contextlib.contextmanager
+    def starved(deadline: float) -> Iterator[Watch]:
+        with watching(deadline + 60.0) as watch:
+            yield watch
+
+    monkeypatch.setattr(client_module, "watching", starved)
+    write_never_answered(proxied_client, proxy, ONE_TRY)

@@ -36,6 +36,13 @@ from tests.queueing import Tally, add, fixed_tally, send, states, tally
 COMMAND = str(Path(sys.executable).parent / "streamstone-poison")
 
 
+# Where the test handler raises, as the reason names it: found, so that an
+# edit above it in tests/queueing.py does not break this test.
+RAISED = "        raise RuntimeError(f\"cannot add {body.get('n')!r}\")"
+_LINES = Path(__file__).with_name("queueing.py").read_text().splitlines()
+_RAISE = f"tests/queueing.py:{1 + _LINES.index(RAISED)}"
+
+
 def _run(
     connection_string: str, *args: str, stdin: str = "", command: list[str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -70,14 +77,13 @@ def test_the_command_lists_shows_and_sends_back_and_the_fixed_handler_applies_ea
     assert (summary["total"], summary["by_key"], summary["undecodable"]) == (2, {key: 2}, [])
     # One bug, one group: the message's id and its values in the error's words go.
     assert summary["by_reason"] == {
-        "failed on receive N of M: handler 'Tally' failed: RuntimeError "
-        "(at tests/queueing.py:30 in tally)": 2
+        f"failed on receive N of M: handler 'Tally' failed: RuntimeError (at {_RAISE} in tally)": 2
     }
     assert summary["oldest"]["message"] == {
         "id": "m-2", "key": key, "type": "Broken", "due": None, "body": {"n": 10}
     }  # fmt: skip
     assert "reason            failed on receive 1 of 1: handler 'Tally' failed on message " \
-           "'m-2': RuntimeError: cannot add 10 (at tests/queueing.py:30 in tally)\n" \
+           f"'m-2': RuntimeError: cannot add 10 (at {_RAISE} in tally)\n" \
            in shown.stdout  # fmt: skip
     assert "receives          1\n" in shown.stdout
     assert 'message body\n{\n  "n": 10\n}\n' in shown.stdout

@@ -23,23 +23,18 @@ from handlers import (
     PoisonQueue,
     Processor,
     QueueConsumer,
-    encode_envelope,
     read_poison,
     send_back,
 )
 from tests.helpers import azurite_port
-from tests.queueing import Tally, add, fixed_tally, send, states, tally
+from tests.queueing import Tally, add, fixed_tally, queue_text, send, states, tally
 from tests.test_poison_command import _run
-
-
-def _text(message: Message) -> str:
-    return base64.b64encode(encode_envelope(message).encode()).decode()
 
 
 def _shelve(poison: QueueClient, queue: QueueClient, *messages: Message, reason: str = "boom"
             ) -> None:  # fmt: skip
     for n, message in enumerate(messages):
-        PoisonQueue(poison).send(PoisonEntry(reason, _text(message), queue.queue_name,
+        PoisonQueue(poison).send(PoisonEntry(reason, queue_text(message), queue.queue_name,
                                              f"q-{n}-{uuid.uuid4().hex[:6]}", 5))  # fmt: skip
 
 

@@ -3,7 +3,6 @@ left as it was, and entries sent back once their cause is fixed, applied once.""
 
 from __future__ import annotations
 
-import base64
 import uuid
 from datetime import timedelta
 
@@ -13,22 +12,16 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from handlers import (
     InMemoryPublisher,
-    Message,
     PoisonEntry,
     PoisonFilter,
     PoisonSummary,
     Processor,
     QueueConsumer,
-    encode_envelope,
     purge_poison,
     read_poison,
     send_back,
 )
-from tests.queueing import Tally, add, fixed_tally, poison_of, send, states, tally
-
-
-def _text(message: Message) -> str:
-    return base64.b64encode(encode_envelope(message).encode()).decode()
+from tests.queueing import Tally, add, fixed_tally, poison_of, queue_text, send, states, tally
 
 
 def _poison(queues: QueueServiceClient, queue: QueueClient) -> QueueClient:
@@ -49,7 +42,7 @@ def test_a_deep_poison_queue_is_listed_whole_grouped_and_left_as_it_was(
             if kind == "Add"
             else "unknown type 'Refund'"
         )
-        entry = PoisonEntry(reason, _text(add(n, key, n, kind)), queue.queue_name, f"q-{n}", 5)
+        entry = PoisonEntry(reason, queue_text(add(n, key, n, kind)), queue.queue_name, f"q-{n}", 5)
         poison.send_message(entry.encode())
     poison.send_message("not an entry")
 
@@ -117,7 +110,7 @@ def test_a_message_poisoned_after_its_state_was_stored_is_a_duplicate_when_sent_
     first = InMemoryPublisher()
     Processor(tally, table, first).process_batch(key, [add(1, key, 7)])
     # Its state stored, then its queue message poisoned (as a storage fault after the write does).
-    entry = PoisonEntry("failed on receive 5 of 5: storage", _text(add(1, key, 7)),
+    entry = PoisonEntry("failed on receive 5 of 5: storage", queue_text(add(1, key, 7)),
                         queue.queue_name, "q-1", 5)  # fmt: skip
     poison = _poison(queues, queue)
     poison.send_message(entry.encode())
@@ -180,7 +173,7 @@ def test_filters_take_exactly_the_matching_entries_and_a_dry_run_sends_nothing(
     poison = _poison(queues, queue)
     for n, (key, kind, reason) in enumerate((("k-a", "Add", "a"), ("k-b", "Refund", "b"),
                                              ("k-a", "Refund", "b"))):  # fmt: skip
-        entry = PoisonEntry(_REASONS[reason], _text(add(n, key, n, kind)), queue.queue_name,
+        entry = PoisonEntry(_REASONS[reason], queue_text(add(n, key, n, kind)), queue.queue_name,
                             f"q-{n}", 5)  # fmt: skip
         poison.send_message(entry.encode())
     poison.send_message("not an entry")
@@ -198,7 +191,7 @@ def test_an_entry_that_does_not_read_stays_until_purged_by_its_id_alone(
 ) -> None:
     poison = _poison(queues, queue)
     poison.send_message("not an entry")
-    entry = PoisonEntry("unknown type 'Refund'", _text(add(0, "k", 0, "Refund")),
+    entry = PoisonEntry("unknown type 'Refund'", queue_text(add(0, "k", 0, "Refund")),
                         queue.queue_name, "q-0", 5)  # fmt: skip
     poison.send_message(entry.encode())
     [bad] = [s for s in read_poison(poison) if s.message is None]

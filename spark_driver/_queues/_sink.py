@@ -173,14 +173,19 @@ def _settle(queue: QueueClient, max_dequeue_count: int, backoff: int, row: Any) 
                            visibility_timeout=delay),
                    f"release of queue message {receipt['id']!r}")  # fmt: skip
         return "released"
-    except HttpResponseError as exc:
-        if not lost_lock(exc):
-            raise
-        # Visible again already: it comes in a later batch, where the
-        # runtime recognises it as a duplicate.
-        _log.info("queue message %r: lock lost before it was settled (%s)",
-                  receipt["id"], exc.message)  # fmt: skip
-        return "lost"
+    except Exception as exc:
+        if isinstance(exc, HttpResponseError) and lost_lock(exc):
+            # Visible again already: it comes in a later batch, where the
+            # runtime recognises it as a duplicate.
+            _log.info("queue message %r: lock lost before it was settled (%s)",
+                      receipt["id"], exc.message)  # fmt: skip
+            return "lost"
+        # Settled in flight with others: the task raises only the first
+        # failure, so each says its own here.
+        _log.error("queue message %r: not settled (%s: %s); the task fails and the message "
+                   "comes again once its lock runs out", receipt["id"], type(exc).__name__,
+                   exc)  # fmt: skip
+        raise
 
 
 @dataclass

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +36,29 @@ def reversed_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**row, "seq": n} for n, row in reversed(list(enumerate(rows)))]
 
 
+@pytest.fixture(scope="module")
+def in_order(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Any]:
+    """The results of a run of the games' messages in their order, and its settings:
+    each format's run in reverse order by ``seq`` must give the same."""
+    tmp, table = tmp_path_factory.mktemp("in-order"), "ordered" + uuid.uuid4().hex[:12]
+    client(table)
+    settings = JobSettings(table=table, handler="shooting_range")
+    path = write_jsonl(tmp / "clean.jsonl", game_messages(3, 4))
+    run_batch(spark, path, str(tmp / "clean"), settings, partitions=2)
+    return str(tmp / "clean"), settings
+
+
 @pytest.mark.parametrize("input_format", ["json", "parquet"])
 def test_order_by_a_column_of_the_input(
-    spark: SparkSession, tmp_path: Path, table_name: str, input_format: str
+    spark: SparkSession,
+    tmp_path: Path,
+    table_name: str,
+    input_format: str,
+    in_order: tuple[str, Any],
 ) -> None:
     rows = game_messages(3, 4)
     client(table_name)
-    client(table_name + "c")
-    in_order = write_jsonl(tmp_path / "clean.jsonl", rows)
-    settings = JobSettings(table=table_name + "c", handler="shooting_range")
-    run_batch(spark, in_order, str(tmp_path / "clean"), settings, partitions=2)
+    clean, settings = in_order
 
     path = write_jsonl(tmp_path / "in.jsonl", reversed_order(rows))
     if input_format == "parquet":
@@ -56,10 +70,10 @@ def test_order_by_a_column_of_the_input(
     )  # fmt: skip
 
     assert summary.processed == len(rows)
-    assert outputs(spark, str(tmp_path / "out")) == outputs(spark, str(tmp_path / "clean"))
+    assert outputs(spark, str(tmp_path / "out")) == outputs(spark, clean)
     # Each message at the version the real order gives it (outputs alone would
     # not show a wrong order: this handler misses either way).
-    assert outcomes(spark, str(tmp_path / "out")) == outcomes(spark, str(tmp_path / "clean"))
+    assert outcomes(spark, str(tmp_path / "out")) == outcomes(spark, clean)
     with pytest.raises(ValueError, match="order column 'nope' is not in the input"):
         run_batch(
             spark, path, str(tmp_path / "x"), settings,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from handlers._compression import MARK
+from handlers._outcome import StrategyName
 from spark_driver import JobSettings, run_batch, run_stream
 from spark_driver._settings import parse_duration
 from streamstone_py import Partition, Stream, join_binary
 from tests.spark.conftest import write_jsonl
-from tests.spark.test_pipeline import arrange, assert_as_clean, client, outputs
+from tests.spark.test_pipeline import Clean, arrange, assert_as_clean, clean, client, outputs
+
+__all__ = ["clean"]  # the fixture: the reference run of test_pipeline's games, here once
 
 GAMES, BATCHES = 4, 4
 
@@ -41,27 +46,51 @@ def kept_versions(table: str, key: str, handler: str = "ShootingRange") -> list[
     return [e.version for e in Stream.read(partition, start_version=1).events]
 
 
+def batch_rows(b: int) -> list[dict[str, Any]]:
+    """Micro-batch b brings shots 2b+1 and 2b+2 of every game: two versions per key."""
+    return [row for g in range(GAMES) for row in shots(g, 2 * b + 1, 2)]
+
+
+@pytest.fixture(scope="module")
+def clean_outputs(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[StrategyName], list[Any]]:
+    """The outputs of every batch's messages run once, in one batch, without
+    retention, by strategy: run once per strategy for the whole file."""
+    found: dict[StrategyName, list[Any]] = {}
+
+    def of(strategy: StrategyName) -> list[Any]:
+        if strategy not in found:
+            tmp, table = tmp_path_factory.mktemp("clean"), "clean" + uuid.uuid4().hex[:12]
+            client(table)
+            everything = [row for b in range(BATCHES) for row in batch_rows(b)]
+            settings = JobSettings(table=table, handler="shooting_range", strategy=strategy)
+            run_batch(spark, write_jsonl(tmp / "all.jsonl", everything), str(tmp / "out"),
+                      settings, partitions=2)  # fmt: skip
+            found[strategy] = outputs(spark, str(tmp / "out"))
+        return found[strategy]
+
+    return of
+
+
 @pytest.mark.parametrize(
     ("strategy", "at_least"), [("state", 1), ("outbox", 1), ("state", 3)],
     ids=["state", "outbox", "state-at-least-3"],
 )  # fmt: skip
 def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised(
-    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any, at_least: int
+    spark: SparkSession,
+    tmp_path: Path,
+    table_name: str,
+    strategy: Any,
+    at_least: int,
+    clean_outputs: Callable[[StrategyName], list[Any]],
 ) -> None:
-    # Micro-batch b brings shots 2b+1 and 2b+2 of every game: two versions per key.
     inbox = tmp_path / "inbox"
-    everything = []
     for b in range(BATCHES):
-        rows = [row for g in range(GAMES) for row in shots(g, 2 * b + 1, 2)]
-        path = write_jsonl(inbox / f"part-{b:02d}.jsonl", rows)
+        path = write_jsonl(inbox / f"part-{b:02d}.jsonl", batch_rows(b))
         # The file source takes files oldest first: make that the order written.
         os.utime(path, (1_800_000_000 + b, 1_800_000_000 + b))
-        everything += rows
-    clean_table = table_name + "c"
-    client(clean_table)
-    clean = JobSettings(table=clean_table, handler="shooting_range", strategy=strategy)
-    run_batch(spark, write_jsonl(tmp_path / "all.jsonl", everything), str(tmp_path / "clean"),
-              clean, partitions=2)  # fmt: skip
+    expected = clean_outputs(strategy)
     client(table_name)
     settings = JobSettings(
         table=table_name, handler="shooting_range", strategy=strategy, keep_last=2,
@@ -87,7 +116,7 @@ def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised
     keys = [f"game-{g:03d}" for g in range(GAMES)]
     assert {key: kept_versions(table_name, key) for key in keys} == dict.fromkeys(keys, kept)
     merged = sorted(row for p in Path(out).iterdir() for row in outputs(spark, str(p)))
-    assert merged == outputs(spark, str(tmp_path / "clean"))
+    assert merged == expected
 
     # The last batch's commit was never logged: it replays, and every message
     # of it is found stored, since retention kept what that batch touched.
@@ -102,23 +131,23 @@ def test_keep_last_bounds_each_key_over_micro_batches_and_a_replay_is_recognised
     assert (batch, summary.processed, summary.duplicates) == (BATCHES - 1, 0, 2 * GAMES)
     assert summary.versions_removed == 0
     merged = sorted(row for p in Path(out).iterdir() for row in outputs(spark, str(p)))
-    assert merged == outputs(spark, str(tmp_path / "clean"))
+    assert merged == expected
     assert {key: kept_versions(table_name, key) for key in keys} == dict.fromkeys(keys, kept)
 
 
 def test_a_retried_task_finds_what_its_first_attempt_stored_with_keep_last_zero(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, clean: Clean
 ) -> None:
     """The first attempt of each task stores a key, runs retention, and dies: the
     retry must still find every message of that key (keep_from), not redo it."""
-    rows, expected, path = arrange(spark, tmp_path, table_name)
+    rows, path = clean.rows, arrange(tmp_path, table_name, clean)
     settings = JobSettings(
         table=table_name, handler="tests.spark.flaky:first_attempt_dies", keep_last=0
     )
 
     summary = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
 
-    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, clean)
     # The retried keys are duplicates of what their first attempts stored.
     assert summary.processed + summary.duplicates == len(rows)
     assert summary.duplicates > 0

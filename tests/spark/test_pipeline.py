@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,46 +57,48 @@ def states(table: str, keys: list[str]) -> dict[str, Any]:
     return {key: (s.version, s.state) for key, s in loaded.items()}
 
 
-def clean_run(spark: SparkSession, tmp: Path, table: str, rows: list[dict[str, Any]]) -> list[Any]:
-    """The reference: every message once, in order, nothing repeated."""
-    client(table)
-    path = write_jsonl(tmp / "clean.jsonl", rows)
-    run_batch(
-        spark,
-        path,
-        str(tmp / "clean"),
-        JobSettings(table=table, handler="shooting_range"),
-        partitions=3,
-    )
-    return outputs(spark, str(tmp / "clean"))
-
-
 def keys_of(rows: list[dict[str, Any]]) -> list[str]:
     return sorted({r["key"] for r in rows})
 
 
-def arrange(
-    spark: SparkSession, tmp: Path, table: str
-) -> tuple[list[dict[str, Any]], list[Any], str]:
-    """The games' messages, the clean run's outputs (in table ``{table}c``), and the input file."""
+@dataclass(frozen=True)
+class Clean:
+    """The reference: the games' messages run once each, in order, nothing
+    repeated, in a table of its own that no test writes to."""
+
+    rows: list[dict[str, Any]]
+    outputs: list[Any]
+    states: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def clean(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Clean:
+    # One reference run for the file: each test compares its own run with it
+    # (the same rows, so the same outputs and states), never writes to it.
+    tmp, table = tmp_path_factory.mktemp("clean"), "clean" + uuid.uuid4().hex[:12]
     rows = game_messages(GAMES, SHOTS)
-    expected = clean_run(spark, tmp, table + "c", rows)
     client(table)
-    return rows, expected, write_jsonl(tmp / "in.jsonl", rows)
+    path = write_jsonl(tmp / "clean.jsonl", rows)
+    settings = JobSettings(table=table, handler="shooting_range")
+    run_batch(spark, path, str(tmp / "out"), settings, partitions=3)
+    return Clean(rows, outputs(spark, str(tmp / "out")), states(table, keys_of(rows)))
 
 
-def assert_as_clean(
-    spark: SparkSession, out: str, table: str, rows: list[Any], expected: list[Any]
-) -> None:
-    assert outputs(spark, out) == expected
-    assert states(table, keys_of(rows)) == states(table + "c", keys_of(rows))
+def arrange(tmp: Path, table: str, clean: Clean) -> str:
+    """The table of a test's run, and the clean run's messages as its input file."""
+    client(table)
+    return write_jsonl(tmp / "in.jsonl", clean.rows)
+
+
+def assert_as_clean(spark: SparkSession, out: str, table: str, clean: Clean) -> None:
+    assert outputs(spark, out) == clean.outputs
+    assert states(table, keys_of(clean.rows)) == clean.states
 
 
 def test_duplicated_input_changes_each_message_once(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, clean: Clean
 ) -> None:
-    rows = game_messages(GAMES, SHOTS)
-    expected = clean_run(spark, tmp_path, table_name + "c", rows)
+    rows = clean.rows
     rng = random.Random(7)
     noisy = [copy for row in rows for copy in [row] * rng.randint(2, 5)]
     rng.shuffle(noisy)
@@ -116,15 +120,14 @@ def test_duplicated_input_changes_each_message_once(
     assert summary.messages_in == len(noisy)
     assert summary.processed == len(rows)
     assert summary.duplicates == len(noisy) - len(rows)
-    assert outputs(spark, str(tmp_path / "out")) == expected
-    assert states(table_name, keys_of(rows)) == states(table_name + "c", keys_of(rows))
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, clean)
 
 
 @STRATEGIES
 def test_failed_task_attempts_are_retried_to_the_same_result(
-    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any, clean: Clean
 ) -> None:
-    rows, expected, path = arrange(spark, tmp_path, table_name)
+    path = arrange(tmp_path, table_name, clean)
     settings = JobSettings(
         table=table_name, handler="tests.spark.flaky:first_attempt_dies", strategy=strategy
     )
@@ -144,22 +147,22 @@ def test_failed_task_attempts_are_retried_to_the_same_result(
         for stage in tracker.getJobInfo(job).stageIds  # type: ignore[union-attr]
     ]
     assert sum(stage.numFailedTasks for stage in stages if stage is not None) == 3
-    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, clean)
     # Retried tasks found their first attempt's work stored: duplicates, not changes.
     statuses = [r[3] for r in outcomes(spark, str(tmp_path / "out"))]
-    assert len(statuses) == summary.messages_in == len(rows)
+    assert len(statuses) == summary.messages_in == len(clean.rows)
     assert set(statuses) == {"completed", "duplicate"}
     assert summary.duplicates == statuses.count("duplicate")
 
 
 @STRATEGIES
 def test_speculative_copies_of_a_task_give_the_same_result(
-    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
+    spark: SparkSession, table_name: str, strategy: Any, clean: Clean
 ) -> None:
     # Local mode never speculates, so run what a speculative attempt is: the
     # same task body twice at once on the two cores, over the same rows.
-    rows = sorted(game_messages(GAMES, SHOTS), key=lambda r: r["key"])
-    expected = clean_run(spark, tmp_path, table_name + "c", rows)
+    rows = sorted(clean.rows, key=lambda r: r["key"])  # each key's in its order
+    expected = clean.outputs
     client(table_name)
     settings = JobSettings(table=table_name, handler="shooting_range", strategy=strategy)
     twins = spark.sparkContext.parallelize([rows, rows], 2)
@@ -177,14 +180,14 @@ def test_speculative_copies_of_a_task_give_the_same_result(
     statuses = sorted(r[4] for r in results if r[0] == "outcome")
     assert statuses.count("completed") == len(rows)
     assert statuses.count("duplicate") == len(rows)
-    assert states(table_name, keys_of(rows)) == states(table_name + "c", keys_of(rows))
+    assert states(table_name, keys_of(rows)) == clean.states
 
 
 @STRATEGIES
 def test_a_job_killed_midway_and_rerun_gives_the_same_result(
-    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any
+    spark: SparkSession, tmp_path: Path, table_name: str, strategy: Any, clean: Clean
 ) -> None:
-    rows, expected, path = arrange(spark, tmp_path, table_name)
+    path = arrange(tmp_path, table_name, clean)
     marker = die_marker(f"game-{GAMES // 2:03d}-shot-4")
     marker.touch()
     try:
@@ -200,11 +203,11 @@ def test_a_job_killed_midway_and_rerun_gives_the_same_result(
     settings = JobSettings(table=table_name, handler="shooting_range", strategy=strategy)
     run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
 
-    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, clean)
     # A rerun into the same output (overwrite) writes every output again.
     again = run_batch(spark, path, str(tmp_path / "out"), settings, partitions=3)
-    assert (again.processed, again.duplicates) == (0, len(rows))
-    assert_as_clean(spark, str(tmp_path / "out"), table_name, rows, expected)
+    assert (again.processed, again.duplicates) == (0, len(clean.rows))
+    assert_as_clean(spark, str(tmp_path / "out"), table_name, clean)
 
 
 def test_a_rerun_of_the_whole_job_writes_the_same_outputs(

@@ -194,3 +194,43 @@ def test_a_receive_answer_cut_amid_its_headers_in_the_fan_out_is_waited_out(
     assert {row[0] for row in rows} < {f"m-{n}" for n in range(150)}
     assert [a for r, a in queue_proxy.seen if r.method == "GET"].count("behead") == 1
     assert inbox.get_queue_properties().approximate_message_count == 150
+
+
+@needs_pyspark_4
+def test_every_message_a_settle_fails_on_says_so_though_the_task_raises_only_the_first(
+    connection_string: str, queues: Callable[[str], QueueClient],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    from spark_driver._queues import _sink
+    from spark_driver._queues._config import delete as real_delete
+
+    monkeypatch.setenv("STREAMSTONE_CONNECTION_STRING", connection_string)
+    inbox = queues("inbox")
+    texts = [b64(add(n, f"k-{n}", n)) for n in range(6)]
+    filled(inbox, texts)
+    got = sorted(inbox.receive_messages(messages_per_page=32, visibility_timeout=60),
+                 key=lambda m: texts.index(m.content))  # fmt: skip
+    failing = {got[1].id, got[4].id}
+
+    def delete(queue: QueueClient, message_id: str, receipt: str) -> bool:
+        if message_id in failing:  # neither a fault nor a refused receipt
+            raise RuntimeError(f"bug settling {message_id}")
+        return real_delete(queue, message_id, receipt)
+
+    monkeypatch.setattr("spark_driver._queues._sink.delete", delete)
+    rows = [
+        {"receipt": json.dumps({"id": m.id, "popReceipt": m.pop_receipt, "dequeueCount": 1,
+                                "text": m.content}), "reason": None, "cause": None}
+        for m in got
+    ]  # fmt: skip
+    with pytest.raises(RuntimeError, match="bug settling"):
+        list(_sink.settle_partition(rows, inbox.queue_name, 5, 0))
+
+    said = sorted(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert said == sorted(
+        f"queue message {i!r}: not settled (RuntimeError: bug settling {i}); the task fails "
+        "and the message comes again once its lock runs out"
+        for i in failing
+    )
+    # The others were settled all the same: only the two failing stay, locked.
+    assert inbox.get_queue_properties().approximate_message_count == 2

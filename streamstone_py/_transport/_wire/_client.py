@@ -187,7 +187,8 @@ class WireTableClient(TableClient):
         if setup.hook is not None:
             setup.hook(call)
         left = time_left(deadline)
-        with watching(time.monotonic() + left) as watch:
+        end = time.monotonic() + left
+        with watching(end) as watch:
             try:
                 response = self._http.request(
                     call.method,
@@ -199,7 +200,10 @@ class WireTableClient(TableClient):
                     redirect=False,
                 )
             except Exception as exc:
-                if watch.fired:
+                # The socket's own timeout is the same deadline, and may come
+                # before the watchdog's thread runs (a busy machine): either
+                # way, the answer did not come in time.
+                if watch.fired or time.monotonic() >= end:
                     raise _overdue(left, exc) from exc
                 raise
         if watch.fired:
