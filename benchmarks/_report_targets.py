@@ -50,6 +50,11 @@ def targets(records: list[Record]) -> list[str]:
                 f"| replay growth ({kind}) {span}, for comparison | linear | {replay} | - |"
             )
     add(
+        "process_batch with opentelemetry-api alone vs its tracing calls bypassed (throughput)",
+        "≥ 0.98x",
+        ratio("tracing.process_batch.api_only"),
+    )
+    add(
         "process_batch round trips per message",
         "≤ 0.2",
         value("handlers.process_batch.round_trips"),

@@ -40,6 +40,7 @@ from _common import ROOT, account, log
 SCRIPTS = (
     "bench_stream.py",
     "bench_handlers.py",
+    "bench_tracing.py",
     "bench_keys.py",
     "bench_wire.py",
     "bench_spark.py",

@@ -21,7 +21,7 @@ from typing import Any, Final
 from ._context import HandlerContext
 from ._handler import Handler
 from ._messages._codec import pack, unpack
-from ._messages._message import Message
+from ._messages._message import Message, without_trace
 
 __all__ = ["Difference", "HandlerReport", "check_handler"]
 
@@ -145,7 +145,8 @@ def _output(message: Message) -> dict[str, Any]:
         "key": message.key,
         "type": message.type,
         "body": unpack(pack(message.body)),
-        "headers": dict(sorted(message.headers.items())),
+        # Trace headers are how it travelled, not what it is (see Message.identity).
+        "headers": dict(sorted(without_trace(message.headers).items())),
         "due": None if message.due is None else message.due.isoformat(),
     }
 

@@ -42,12 +42,14 @@ from ._batch._replay import Replayer
 from ._batch._strategy import strategy_of
 from ._batch._token_rows import TokenRows
 from ._batch._tokens import Tokens
+from ._batch._tracing import BatchSpans, processing
 from ._batch._writing import store_batch
 from ._cache import HeaderCache
 from ._compression import Compression
 from ._errors import NonDeterministicHandlerError
 from ._handler import Handler
 from ._messages._message import Message
+from ._messages._tracing import TraceContext, check_trace_context
 from ._outcome import (
     Dispatch,
     LateDuplicates,
@@ -105,6 +107,9 @@ class Processor(KeyReader[S]):
     output of a type the handler takes is a message to one of its own keys in
     this table, and carries a token that the receiver's write consumes, so a
     copy of it is dropped however late it comes (see ``_batch/_tokens``).
+    ``trace_context``: what the trace context in a message's headers is to
+    the spans made for it (see docs/observability.md): their ``"parent"``
+    (the default), or a ``"link"`` from spans in the caller's context.
 
     Threads may call :meth:`process_batch` at once if the publisher is thread-safe.
     """
@@ -126,6 +131,7 @@ class Processor(KeyReader[S]):
         compression: Compression = None,
         max_batch: int = 500,
         tokens: bool = False,
+        trace_context: TraceContext = "parent",
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -152,6 +158,7 @@ class Processor(KeyReader[S]):
                 "a type it takes is what carries a token"
             )
         self.max_batch = max_batch
+        self.trace_context = check_trace_context(trace_context)
         self.handler = handler
         self.publisher = publisher
         self.clock = clock
@@ -235,17 +242,22 @@ class Processor(KeyReader[S]):
             self.stats.messages += len(messages)
         outcomes: list[Outcome] = []
         stopped: Outcome | None = None
-        for start in range(0, len(messages), self.max_batch):
-            chunk = messages[start : start + self.max_batch]
-            if stopped is not None:  # as inside one chunk: the rest waits for the failed one
-                outcomes += self._finish(chunk, Plan([held(m, stopped) for m in chunk], []), None)
-                continue
-            done = self._chunk(key, partition, chunk)
-            stopped = next((o for o in done if o.stops_key), None)
-            outcomes += done
+        with processing(self.handler.name, key, messages, self.trace_context) as spans:
+            for start in range(0, len(messages), self.max_batch):
+                chunk = messages[start : start + self.max_batch]
+                if stopped is not None:  # as inside one chunk: the rest waits for the failed one
+                    plan = Plan([held(m, stopped) for m in chunk], [])
+                    outcomes += self._finish(chunk, plan, None)
+                    continue
+                done = self._chunk(key, partition, chunk, spans)
+                stopped = next((o for o in done if o.stops_key), None)
+                outcomes += done
+            spans.tell(outcomes)
         return outcomes
 
-    def _chunk(self, key: str, partition: Partition, messages: Sequence[Message]) -> list[Outcome]:
+    def _chunk(
+        self, key: str, partition: Partition, messages: Sequence[Message], spans: BatchSpans
+    ) -> list[Outcome]:
         try:
             plan = store_batch(self, key, partition, messages)
         except (AzureError, StreamstoneError) as exc:
@@ -260,9 +272,9 @@ class Processor(KeyReader[S]):
             # After the state, before the outputs: their tokens (see _batch/_tokens).
             tokens = self._tokens
             sending = None if tokens is None else tokens.before_dispatch(partition, plan)
-            publish = [o for step in plan.steps for o in step.outputs]
-            if publish:
-                self.publisher.publish(publish)
+            with spans.publishing(plan.steps, getattr(self.publisher, "check", None)) as publish:
+                if publish:
+                    self.publisher.publish(publish)
             dispatched = [s.message.id for s in plan.steps if s.dispatch]
             if dispatched and self.dispatch == "after_publish":
                 self.store.mark_dispatched(partition, dispatched)

@@ -63,7 +63,7 @@ class InMemoryPublisher:
             for message in messages:
                 self.deliveries.append(message)
                 earlier = self.messages.setdefault(message.id, message)
-                if earlier.encode() != message.encode():
+                if earlier.identity() != message.identity():
                     self.divergent.append((earlier, message))
 
 
@@ -73,7 +73,7 @@ def unique_outputs(messages: Sequence[Message]) -> dict[str, Message]:
     unique: dict[str, Message] = {}
     for message in messages:
         earlier = unique.setdefault(message.id, message)
-        if earlier is not message and earlier.encode() != message.encode():
+        if earlier is not message and earlier.identity() != message.identity():
             raise ValueError(
                 f"output id {message.id!r} comes twice with different content "
                 f"({earlier.type!r} and {message.type!r}); nothing was published"

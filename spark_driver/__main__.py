@@ -138,8 +138,12 @@ def main(argv: list[str] | None = None) -> int:
         compression=args.compression,
         sent_at=args.sent_at,
         transport=args.transport,
+        trace_context=args.trace_context,
     )
-    spark = session(args.master, spark_log_level=args.spark_log_level)
+    try:
+        spark = session(args.master, spark_log_level=args.spark_log_level)
+    except (ImportError, ValueError) as exc:  # OTEL_* set without the SDK, or set wrong
+        parser.exit(REFUSED_EXIT, f"{parser.prog}: error: {exc}\n")
     print(f"spark master: {spark.sparkContext.master}", file=sys.stderr)
     status, line, lost = 0, None, None
     interrupted = threading.Event()

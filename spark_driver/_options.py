@@ -133,6 +133,13 @@ def build_parser() -> Parser:
         "azure-data-tables (the reference)",
     )
     run.add_argument(
+        "--trace-context",
+        choices=["parent", "link"],
+        default="parent",
+        help="what an input message's trace context is to its spans (OpenTelemetry): "
+        "their parent, or a link from a trace of their own",
+    )
+    run.add_argument(
         "--fail-fast",
         action="store_true",
         help="stop the job (exit 4) at the first abandoned or faulted message",

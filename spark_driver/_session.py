@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from ._settings import LOCAL_MASTER, SPARK_LOG_LEVELS
+from ._tasks import _telemetry
 
 __all__ = ["launched_with_master", "session"]
 
@@ -50,6 +51,9 @@ def session(
         raise ValueError(
             f"spark_log_level must be one of {', '.join(SPARK_LOG_LEVELS)}, got {spark_log_level!r}"
         )
+    # The driver's OpenTelemetry SDK, from its OTEL_* variables (the
+    # executors' Python workers set up theirs from their own, at each task).
+    _telemetry.configure()
     if master is None and not launched_with_master():
         master = LOCAL_MASTER
     if master is not None and master.startswith("local"):

@@ -97,6 +97,8 @@ class JobSettings:
     #: are handled again at once without it, and a task waits out a storage
     #: outage (pausing, then trying again) instead of leaving messages faulted.
     source: Literal["files", "queue"] = "files"
+    #: What an input's trace context is to its spans (``Processor(trace_context=...)``).
+    trace_context: Literal["parent", "link"] = "parent"
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -129,6 +131,9 @@ class JobSettings:
             raise ValueError(f"compression must be None or 'zlib', got {self.compression!r}")
         if self.transport not in ("wire", "sdk"):
             raise ValueError(f"transport must be 'wire' or 'sdk', got {self.transport!r}")
+        if self.trace_context not in ("parent", "link"):
+            given = self.trace_context
+            raise ValueError(f"trace_context must be 'parent' or 'link', got {given!r}")
         if self.source not in ("files", "queue"):
             raise ValueError(f"source must be 'files' or 'queue', got {self.source!r}")
         if self.sent_at is not None and (not isinstance(self.sent_at, str) or not self.sent_at):

@@ -224,9 +224,11 @@ class Summary:
         return notes
 
 
-#: The columns of the output rows written: the output, its source, and its times.
+#: The columns of the output rows written: the output, its source, its times
+#: and its headers (the trace context it was published in among them).
 _OUTPUT_COLUMNS: Final = (
     "message_id", "key", "type", "body", "source_message_id", "source_key", "due", "produced",
+    "headers",
 )  # fmt: skip
 
 #: The exit status of a run that left messages abandoned or faulted.

@@ -42,6 +42,7 @@ from ._scan import ScannedStream
 from ._shard import Shard
 from ._stream import Stream
 from ._tables import query_rows, read_row, submit
+from ._trace_logs import TraceIds
 from ._transport._protocol import Row, TableOperation
 from ._transport._retry import RetryPolicy, is_transient
 from ._transport._wire._client import WireTableClient
@@ -68,6 +69,7 @@ __all__ = [
     "StreamstoneError",
     "TableConfig",
     "TableOperation",
+    "TraceIds",
     "Transport",
     "WireTableClient",
     "WriteResult",

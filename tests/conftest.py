@@ -8,6 +8,7 @@ of them (see ``tests/helpers.py``).
 from __future__ import annotations
 
 import contextlib
+import gc
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
@@ -17,6 +18,8 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import TableClient, TableServiceClient
 from azure.data.tables.aio import TableClient as AsyncTableClient
 from azure.storage.queue import QueueClient, QueueServiceClient
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from azurite.launcher import AzuriteTable, account
 from azurite.proxy import Proxy
@@ -25,7 +28,9 @@ from streamstone_py import Partition, WireTableClient
 from streamstone_py.aio import AsyncWireTableClient
 from tests.faults import FAST, AsyncFaultyTransport, FaultPlan, FaultyTransport
 from tests.helpers import azurite_port, register_raw, wait
+from tests.metrics import measuring
 from tests.oauth import certificate
+from tests.tracing import recording
 
 
 @pytest.fixture(scope="session")
@@ -182,6 +187,21 @@ def oauth_table(oauth_azurite: AzuriteTable) -> str:
     )
     service.create_table(name)  # by account key: it works beside bearer tokens
     return name
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The spans this test makes, recorded by the OpenTelemetry SDK."""
+    with recording() as exporter:
+        yield exporter
+
+
+@pytest.fixture
+def meters() -> Iterator[InMemoryMetricReader]:
+    """The metrics this test records, read by the OpenTelemetry SDK."""
+    gc.collect()  # the consumers of earlier tests gone: their poison queues no longer read
+    with measuring() as reader:
+        yield reader
 
 
 @pytest.fixture(scope="session")

@@ -170,14 +170,19 @@ def test_relative_links_resolve(page: Path) -> None:
     assert broken == []
 
 
-def test_walkthrough_prints_each_step(connection_string: str) -> None:
+def example_prints(script: str, connection_string: str) -> list[str]:
+    """The lines an example in examples/ prints, run as the docs say, beside Azurite."""
     env = dict(os.environ, STREAMSTONE_CONNECTION_STRING=connection_string)
     done = subprocess.run(
-        [sys.executable, "examples/stream_walkthrough.py"],
+        [sys.executable, f"examples/{script}"],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=BLOCK_TIMEOUT,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
+    return done.stdout.splitlines()
+
+
+def test_walkthrough_prints_each_step(connection_string: str) -> None:
+    lines = example_prints("stream_walkthrough.py", connection_string)
     assert "   -> version 0, properties {'Customer': 'ACME'}" in lines
     assert "   -> stream at version 2; events [1, 2]" in lines
     assert "   -> duplicate detected: event id 'msg-2'; nothing was written" in lines

@@ -67,14 +67,14 @@ class OutputIds:
         mine: dict[str, Message] = {}
         for output in outputs:
             earlier = mine.setdefault(output.id, output)
-            if earlier is not output and earlier.encode() != output.encode():
+            if earlier is not output and earlier.identity() != output.identity():
                 return f"two outputs have the id {output.id!r} and different content"
             found = self.published.get(output.id)
             if found is not None:
-                by = found[1] if found[0].encode() != output.encode() else None
+                by = found[1] if found[0].identity() != output.identity() else None
             else:
                 record = self.stored.get(id_digest(output.id)) if output.id in given else None
-                same = record is None or record.digest == digest(output.encode())
+                same = record is None or record.digest == digest(output.identity())
                 by = None if same or record is None else record.message_id
             if by is not None:
                 return (
@@ -92,7 +92,7 @@ class OutputIds:
         for output in outputs:
             key = id_digest(output.id)
             if output.id in given and output.id not in self.published and key not in self.stored:
-                records.setdefault(key, OutputRecord(message.id, digest(output.encode())))
+                records.setdefault(key, OutputRecord(message.id, digest(output.identity())))
         return list(records.items())
 
     def add(self, step: Step) -> None:

@@ -14,8 +14,8 @@ from streamstone_py import EventData, Stream, split_binary
 from .._compression import pack_stored
 from .._context import HandlerContext
 from .._errors import DuplicateOutsideWindowError
-from .._messages._codec import digest, pack
-from .._messages._message import Message
+from .._messages._codec import pack
+from .._messages._message import Message, outputs_digest
 from .._outcome import LateDuplicates, Step
 from .._store import (
     ID_SCHEME,
@@ -118,7 +118,8 @@ class Rules:
         properties: dict[str, Any] = {
             "MessageType": message.type,
             "Now": context.now(),
-            "Digest": digest(encoded_outputs),
+            # Of what the outputs are, not of the trace they went out under.
+            "Digest": outputs_digest(context.outputs),
             ID_SCHEME: context.id_scheme,
             **split_binary(STATE, stored),
         }

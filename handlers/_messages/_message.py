@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Final
 
 import msgpack
 
-from ._codec import pack, unpack, utf8
+from ._codec import digest, pack, unpack, utf8
 
-__all__ = ["Message"]
+__all__ = [
+    "TRACE_HEADERS",
+    "Message",
+    "outputs_digest",
+    "same_outputs",
+    "without_trace",
+]
 
 _FORMAT = 1
+
+#: The headers of W3C Trace Context: transport metadata, never part of a
+#: message's identity (compared without case, as HTTP names them).
+TRACE_HEADERS: Final = frozenset({"traceparent", "tracestate"})
+
+
+def without_trace(headers: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` without those of a trace's context."""
+    return {k: v for k, v in headers.items() if k.lower() not in TRACE_HEADERS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +80,19 @@ class Message:
 
     def encode(self) -> bytes:
         """Canonical msgpack bytes: equal messages encode to equal bytes."""
-        fields = [_FORMAT, self.id, self.key, self.type, self.body, dict(self.headers)]
+        return pack(self._fields(dict(self.headers)))
+
+    def identity(self) -> bytes:
+        """What the runtime compares of two outputs, and digests: :meth:`encode`
+        without the trace headers, so a copy produced under another trace is the
+        same output (the same bytes as :meth:`encode` for a message without them)."""
+        return pack(self._fields(without_trace(self.headers)))
+
+    def _fields(self, headers: dict[str, str]) -> list[Any]:
+        fields = [_FORMAT, self.id, self.key, self.type, self.body, headers]
         if self.due is not None:  # only then: the bytes of every other message stay as they were
             fields.append(self.due.isoformat())
-        return pack(fields)
+        return fields
 
     @classmethod
     def decode(cls, data: bytes) -> Message:
@@ -82,6 +106,23 @@ class Message:
         due = datetime.fromisoformat(fields[6]) if len(fields) == 7 else None
         _, id, key, type, body, headers = fields[:6]
         return cls(id, key, type, body, headers, due)
+
+
+def outputs_digest(outputs: Sequence[Message]) -> str:
+    """The digest a stored version keeps of its outputs: of what they are."""
+    return digest(pack([o.identity() for o in outputs]))
+
+
+def same_outputs(stored: str, outputs: Sequence[Message]) -> bool:
+    """Whether ``stored``, a version's digest of its outputs, is of ``outputs``.
+
+    A version stored before trace headers were left out of an output's
+    identity digests its outputs' whole encoding. The queue's copy of its
+    message carries the same headers, so a handler that passed them on gives
+    that digest again: still the same outputs."""
+    return stored == outputs_digest(outputs) or stored == digest(
+        pack([o.encode() for o in outputs])
+    )
 
 
 def _in_utc(name: str, value: Any) -> datetime:

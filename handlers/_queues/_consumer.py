@@ -40,6 +40,7 @@ from .._messages._admission import Refused, SentAt, admit_text
 from .._messages._message import Message
 from .._outcome import utcnow
 from .._processor import Processor
+from . import _spans
 from ._breaker import Breaker
 from ._locks import Held, LockRenewal, signals_call, text_of
 from ._poison import PoisonEntry, poison_queue_of
@@ -165,7 +166,8 @@ class QueueConsumer:
                                  on_open=lambda: self._count(outages=1))  # fmt: skip
         self._settle = Settler(queue, self.poison_queue, max_dequeue_count,
                                (backoff, max_backoff), on_outcome, self._queueing,
-                               self._stop)  # fmt: skip
+                               self._stop, processor.handler.name,
+                               processor.trace_context)  # fmt: skip
         self._renewal = LockRenewal(queue, visibility_timeout, lambda: self._count(renewed=1),
                                     self._queueing)  # fmt: skip
 
@@ -222,6 +224,7 @@ class QueueConsumer:
     # --- one page -------------------------------------------------------------------
 
     def _page(self, pool: ThreadPoolExecutor) -> int:
+        started = time.time_ns()  # each admitted message's receive span starts here
         received = list(
             self.queue.receive_messages(
                 messages_per_page=self.page_size,
@@ -241,6 +244,8 @@ class QueueConsumer:
             self._renewal.hold(held)
             message = self._admit(held, queue_message, text)
             if message is not None:
+                _spans.received(self.queue.queue_name, held, message, started,
+                                self.processor.trace_context)  # fmt: skip
                 by_key.setdefault(message.key, []).append((held, message))
         try:
             futures = [pool.submit(self._key, key, items) for key, items in by_key.items()]

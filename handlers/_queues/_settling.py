@@ -20,17 +20,21 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final, Literal
+from functools import partial
+from typing import Any, Final, Literal
 
 from azure.core.exceptions import AzureError, HttpResponseError
 from azure.storage.queue import QueueClient
 
 from .._lifecycle import Receive
 from .._messages._message import Message
+from .._messages._tracing import TraceContext, failed, failed_as
 from .._outcome import Outcome
 from ._breaker import Breaker
 from ._locks import Held, log_gone, lost_lock, message_gone, queue_fault
+from ._metrics import QueueMetrics
 from ._poison import PoisonEntry, PoisonQueue
+from ._spans import queue_span
 
 __all__ = ["Action", "ConsumerStats", "QueueOutcome", "Settler"]
 
@@ -117,8 +121,12 @@ class Settler:
         on_outcome: Callable[[QueueOutcome], None] | None,
         breaker: Breaker,
         stop: threading.Event,
+        handler: str,
+        trace_context: TraceContext,
     ) -> None:
         self.queue = queue
+        self.metrics = QueueMetrics(queue, poison_queue, handler)
+        self._span = partial(queue_span, trace_context=trace_context)
         self.poisons = PoisonQueue(poison_queue)
         self.max_dequeue_count = max_dequeue_count
         self.backoff = backoff
@@ -136,6 +144,7 @@ class Settler:
             for stats in (self.stats, self.run_stats):
                 for name, value in figures.items():
                     setattr(stats, name, getattr(stats, name) + value)
+        self.metrics.add(figures)
 
     def new_run(self) -> ConsumerStats:
         with self._counting:
@@ -215,16 +224,19 @@ class Settler:
                 refusals.append(refused)
                 receive.fault(refused.why)
 
-        Receive(held.id, on_complete=delete).complete()
-        if refusals:  # faulted: it comes again, as a duplicate
-            self.count(faulted=1, lost_locks=int(refusals[0].lost_lock))
-            self.report("faulted", held, outcome.message, refusals[0].why, outcome)
-        elif outcome.status == "duplicate":
-            self.count(duplicates=1)
-            self.report("duplicate", held, outcome.message, None, outcome)
-        else:
-            self.count(completed=1)
-            self.report("completed", held, outcome.message, None, outcome)
+        # Said inside the span: a log line made there carries the message's trace.
+        with self._span("delete", self.queue.queue_name, held, outcome.message) as span:
+            Receive(held.id, on_complete=delete).complete()
+            if refusals:  # faulted: it comes again, as a duplicate
+                failed_as(span, "lost_lock" if refusals[0].lost_lock else "not_deleted")
+                self.count(faulted=1, lost_locks=int(refusals[0].lost_lock))
+                self.report("faulted", held, outcome.message, refusals[0].why, outcome)
+            elif outcome.status == "duplicate":
+                self.count(duplicates=1)
+                self.report("duplicate", held, outcome.message, None, outcome)
+            else:
+                self.count(completed=1)
+                self.report("completed", held, outcome.message, None, outcome)
 
     def fail(self, held: Held, outcome: Outcome) -> None:
         """A failure of the message: poisoned on its last allowed receive, else
@@ -239,9 +251,12 @@ class Settler:
                 told=reason,
             )
             return
-        Receive(held.id, on_abandon=lambda r: self.release(held, self.later(held))).abandon(reason)
-        self.count(abandoned=1)
-        self.report("abandoned", held, outcome.message, reason, outcome)
+        with self._span("abandon", self.queue.queue_name, held, outcome.message):
+            Receive(held.id, on_abandon=lambda r: self.release(held, self.later(held))).abandon(
+                reason
+            )
+            self.count(abandoned=1)
+            self.report("abandoned", held, outcome.message, reason, outcome)
 
     def fault(self, held: Held, message: Message, outcome: Outcome) -> None:
         """Storage away: the message is kept in hand, its lock renewed, and
@@ -285,19 +300,23 @@ class Settler:
         ``told``: the reason as the log line says it (without the receive)."""
         entry = PoisonEntry(reason, held.text, self.queue.queue_name, held.id, held.count)
         held.kept = True  # its lock renewed while the entry waits for the service
-        try:
-            self._waiting(lambda: self.poisons.send(entry), f"poisoning queue message {held.id!r}")
-        except AzureError as exc:  # kept: its lock runs out, it comes again
-            with held.lock:
-                held.done = True
-            _log.warning("message %r not poisoned (it comes again): %s", held.id, exc)
-            return
-        with self._counting:
-            self._poisoned[held.id] = held.count
-            while len(self._poisoned) > REMEMBERED:
-                self._poisoned.popitem(last=False)
-        self.count(poisoned=1)
-        self.report("poisoned", held, message, told or reason, outcome)
+        kind: dict[str, Any] = {"streamstone.outcome": outcome.kind if outcome else None}
+        with self._span("poison", self.queue.queue_name, held, message, **kind) as span:
+            try:
+                self._waiting(lambda: self.poisons.send(entry),
+                              f"poisoning queue message {held.id!r}")  # fmt: skip
+            except AzureError as exc:  # kept: its lock runs out, it comes again
+                failed(span, exc)
+                with held.lock:
+                    held.done = True
+                _log.warning("message %r not poisoned (it comes again): %s", held.id, exc)
+                return
+            with self._counting:
+                self._poisoned[held.id] = held.count
+                while len(self._poisoned) > REMEMBERED:
+                    self._poisoned.popitem(last=False)
+            self.count(poisoned=1)
+            self.report("poisoned", held, message, told or reason, outcome)
         self._forget_poisoned(held)
 
     def poisoned_before(self, held: Held) -> bool:

@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 from handlers import Message, PoisonEntry, QueuePublisher, from_json_data
 
 from .._tasks._executor import OUTCOME, RESULT_SCHEMA
+from .._tasks._telemetry import counted
 from ._config import (
     MAX_HIDDEN,
     QueueConfig,
@@ -100,9 +101,10 @@ def _time(micros: int | None) -> datetime | None:
 
 
 def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[Any, ...]]:
-    """Send output rows (``message_id, key, type, body, due, produced``, the
-    times in microseconds since the epoch) to their queues, waiting out the
-    Queue service's faults; yield ``(sent, unrouted, refused, reason)``."""
+    """Send output rows (``message_id, key, type, body, headers, due,
+    produced``, the times in microseconds since the epoch) to their queues,
+    the headers in each envelope's, waiting out the Queue service's faults;
+    yield ``(sent, unrouted, refused, reason)``."""
     publisher = _publisher(route)
     sendable: list[Message] = []
     unrouted = refused = 0
@@ -114,7 +116,7 @@ def send_partition(rows: Iterable[Any], route: OutputRoute) -> Iterator[tuple[An
         try:
             body = None if row["body"] is None else from_json_data(json.loads(row["body"]))
             message = Message(
-                row["message_id"], row["key"], row["type"], body,
+                row["message_id"], row["key"], row["type"], body, dict(row["headers"] or {}),
                 due=_time(row["due"]), produced=_time(row["produced"]),
             )  # fmt: skip
             publisher.check(message)
@@ -144,6 +146,7 @@ def settle_partition(
     poisoned, lost)``."""
     queue = queue_service().get_queue_client(queue_name)
     done = each(rows, partial(_settle, queue, max_dequeue_count, backoff))
+    counted(["poisoned"] * done.count("poisoned"), **{"messaging.destination.name": queue_name})
     yield done.count("deleted"), done.count("released"), done.count("poisoned"), done.count("lost")
 
 
@@ -238,7 +241,7 @@ def send_outputs(outputs: DataFrame, route: OutputRoute) -> list[tuple[Any, ...]
     """Send the output rows (:attr:`JobResult.outputs`, or as written) from the
     executors; the figures of each partition, for :meth:`Delivery.add_sent`."""
     rows = outputs.select(
-        "message_id", "key", "type", "body", F.unix_micros("due").alias("due"),
+        "message_id", "key", "type", "body", "headers", F.unix_micros("due").alias("due"),
         F.unix_micros("produced").alias("produced"),
     )  # fmt: skip
     return rows.rdd.mapPartitions(lambda part: send_partition(part, route)).collect()
@@ -248,8 +251,9 @@ def send_written_outputs(
     spark: SparkSession, output: str, output_format: str, route: OutputRoute
 ) -> list[tuple[Any, ...]]:
     """:func:`send_outputs` of a run's ``{output}/outputs``, as written."""
+    # Outputs written before they had headers read with none.
     names = ("message_id", "key", "type", "body", "source_message_id", "source_key", "due",
-             "produced")  # fmt: skip
+             "produced", "headers")  # fmt: skip
     schema = StructType([RESULT_SCHEMA[name] for name in names])
     written = spark.read.schema(schema).format(output_format).load(f"{output}/outputs")
     return send_outputs(written, route)

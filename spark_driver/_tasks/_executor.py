@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +15,7 @@ from azure.core.exceptions import AzureError
 from pyspark.sql.types import (
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -33,7 +34,7 @@ from streamstone_py import StreamstoneError
 
 from .._logs import configure as configure_logging
 from .._settings import JobSettings, resolve_handler
-from . import _worker
+from . import _telemetry, _worker
 from ._rows import body_json, parse_row, raw_input
 from ._worker import table_client
 
@@ -77,9 +78,13 @@ RESULT_SCHEMA = StructType(
         StructField("produced", TimestampType()),
         # An outcome's kind (``handlers.OutcomeKind``): why, as data.
         StructField("cause", StringType()),
+        # An output's headers as it was published: the handler's, and the
+        # trace context of the span that published it (transport metadata).
+        StructField("headers", MapType(StringType(), StringType())),
     ]
 )
 _COLUMNS = RESULT_SCHEMA.fieldNames()
+_STATUS = _COLUMNS.index("status")
 
 
 def result_row(kind: str, **columns: Any) -> tuple[Any, ...]:
@@ -102,12 +107,15 @@ def _outcome_row(message_id: str | None, key: str | None, type_: str | None, sta
     )  # fmt: skip
 
 
-def _output_rows(key: str, outcome: Outcome) -> Iterator[tuple[Any, ...]]:
+def _output_rows(
+    key: str, outcome: Outcome, published: Mapping[str, Message]
+) -> Iterator[tuple[Any, ...]]:
     for out in outcome.outputs:
+        sent = published.get(out.id, out)  # as published: carrying its trace context
         yield result_row(
             OUTPUT, message_id=out.id, key=out.key, type=out.type, body=body_json(out.body),
             source_message_id=outcome.message_id, source_key=key, due=out.due,
-            produced=out.produced,
+            produced=out.produced, headers=dict(sent.headers),
         )  # fmt: skip
 
 
@@ -128,6 +136,7 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         cache=_worker.header_cache if settings.header_cache else None,
         compression=settings.compression,
         max_batch=settings.batch_size,
+        trace_context=settings.trace_context,
     )
 
 
@@ -155,6 +164,8 @@ def _process_key(
         else:
             messages.append(message)
             sources.append(row)
+    publisher = processor.publisher
+    published = publisher.messages if isinstance(publisher, InMemoryPublisher) else {}
     conflicts_before = processor.stats.conflicts_retried
     outcomes = _process_messages(processor, key, messages, settings) if messages else []
     # On the key's first outcome row, so the outcome rows add up to the run's total.
@@ -179,7 +190,7 @@ def _process_key(
                     f"message {outcome.message_id!r} of key {key!r} {outcome.status}: "
                     f"{outcome.reason}"
                 )
-        out.extend(_output_rows(key, outcome))
+        out.extend(_output_rows(key, outcome, published))
         out.append(
             _outcome_row(
                 outcome.message_id,
@@ -195,6 +206,8 @@ def _process_key(
         conflicts = 0
     if settings.retains and outcomes:
         out.append(_retain(processor, key, outcomes, settings))
+    _telemetry.counted((r[_STATUS] for r in out if r[0] == OUTCOME), **{
+        "streamstone.handler": processor.handler.name})  # fmt: skip
     return out
 
 
@@ -273,8 +286,10 @@ def process_partition(rows: Iterable[Any], settings: JobSettings) -> Iterator[tu
     out key by key in the input's order, whatever finishes first. A last row
     (kind ``task``) counts the storage requests the task sent.
     """
+    _telemetry.configure()  # from this worker's OTEL_* variables, once
     before = _worker.request_count.value
     yield from _process_keys(rows, settings)
+    _telemetry.flush()
     yield result_row(TASK, requests=_worker.request_count.value - before)
 
 

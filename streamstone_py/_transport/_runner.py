@@ -4,6 +4,7 @@ SDK (``TableClient``), and retrying by the partition's policy."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
@@ -16,7 +17,7 @@ import tenacity
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
 
-from . import _sdk
+from . import _sdk, _tracing
 from ._protocol import (
     Done,
     Parallel,
@@ -100,11 +101,15 @@ def run(partition: object, steps: Steps[T]) -> T:
 
         def call(request: Request, perform: Any = perform) -> object:
             retrying = tenacity.Retrying(**retry_args(policy, request, deadline, partition))
-            return retrying(perform, request, deadline)
+            return retrying(_tracing.attempt(table, perform), request, deadline)
 
         try:
             if isinstance(request, Parallel):
-                futures = [_threads().submit(call, r) for r in request.requests]
+                # Each in the caller's context: its span is the parent of theirs.
+                futures = [
+                    _threads().submit(contextvars.copy_context().run, call, r)
+                    for r in request.requests
+                ]
                 result = [future.result() for future in futures]
             else:
                 result = call(request)

@@ -13,7 +13,7 @@ import tenacity
 from azure.core.exceptions import AzureError
 from azure.data.tables.aio import TableClient as AsyncTableClient
 
-from . import _sdk
+from . import _sdk, _tracing
 from ._protocol import Done, Parallel, Pause, Request, Steps, advance, pause_seconds, retry_args
 from ._retry import DEFAULT_POLICY, RetryPolicy, out_of_time
 from ._wire._client_aio import AsyncWireTableClient
@@ -70,7 +70,7 @@ async def run(partition: object, steps: Steps[T]) -> T:
 
         async def call(request: Request, perform: Any = perform) -> object:
             retrying = tenacity.AsyncRetrying(**retry_args(policy, request, deadline, partition))
-            return await retrying(perform, request, deadline)
+            return await retrying(_tracing.attempt_async(table, perform), request, deadline)
 
         try:
             if isinstance(request, Parallel):

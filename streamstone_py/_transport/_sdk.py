@@ -37,6 +37,7 @@ from ._protocol import (
     time_left,
 )
 from ._retry import raise_as_storage_error
+from ._tracing import sdk_hook
 
 __all__ = ["perform", "perform_async", "sdk_operation"]
 
@@ -44,9 +45,14 @@ __all__ = ["perform", "perform_async", "sdk_operation"]
 NO_SDK_RETRY: Final[dict[str, Any]] = {"retry_total": 0}
 
 
-def call_options(deadline: float | None) -> dict[str, Any]:
+def call_options(table: object, deadline: float | None) -> dict[str, Any]:
     left = time_left(deadline)
-    return {**NO_SDK_RETRY, "connection_timeout": left, "read_timeout": left}
+    return {
+        **NO_SDK_RETRY,
+        "connection_timeout": left,
+        "read_timeout": left,
+        "raw_response_hook": sdk_hook(table),
+    }
 
 
 def sdk_operation(op: TableOperation) -> tuple[Any, ...]:
@@ -120,7 +126,7 @@ def _page_token(request: QueryPage) -> Any:
 def perform(table: TableClient, request: Request, deadline: float | None = None) -> object:
     """Perform one request with the sync SDK client."""
     try:
-        return _send(table, request, call_options(deadline))
+        return _send(table, request, call_options(table, deadline))
     except Exception as exc:
         raise_as_storage_error(exc)
 
@@ -160,7 +166,9 @@ async def perform_async(
     """Perform one request with the async SDK client, cancelled at its deadline."""
     left = time_left(deadline)
     try:
-        return await asyncio.wait_for(_send_async(table, request, call_options(deadline)), left)
+        return await asyncio.wait_for(
+            _send_async(table, request, call_options(table, deadline)), left
+        )
     except TimeoutError as exc:  # azure-core raises its own errors: this is ours
         raise ServiceResponseTimeoutError(
             f"no complete answer in {left:.1f} s, the call's time left", error=exc

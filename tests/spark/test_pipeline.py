@@ -40,8 +40,11 @@ def client(table: str) -> TableClient:
     return service_table
 
 
-def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:  # but when produced
-    return sorted(map(tuple, spark.read.parquet(f"{path}/outputs").drop("produced").collect()))
+def outputs(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:
+    """What a run's outputs are, without when they were produced nor their
+    headers (transport metadata: the trace each run published them in)."""
+    written = spark.read.parquet(f"{path}/outputs").drop("produced", "headers")
+    return sorted(map(tuple, written.collect()))
 
 
 def outcomes(spark: SparkSession, path: str) -> list[tuple[Any, ...]]:

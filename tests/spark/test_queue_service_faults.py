@@ -105,15 +105,18 @@ def test_queue_faults_pause_the_sink_and_source_and_nothing_is_poisoned_for_them
     assert paused(caplog, f"delete of queue message {opener.id!r}: Operation returned an "
                   "invalid status") == []  # fmt: skip
 
-    # The sink's outputs: the first two sends throttled, then each sent once.
+    # The sink's outputs: the first two sends throttled, then each sent once,
+    # its headers (the trace it was published in) in its envelope.
     sends["left"] = 2
+    traced = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     output = {"message_id": "o-1", "key": "k", "type": "Added", "body": '{"total": 1}',
-              "due": None, "produced": None}  # fmt: skip
+              "headers": traced, "due": None, "produced": None}  # fmt: skip
     assert list(send_partition([output], OutputRoute.parse([outbox.queue_name]))) == [
         (1, 0, 0, None)
     ]
     assert sends["left"] == 0
-    assert [read_queue_text(t).body for t in drain(outbox)] == [{"total": 1}]
+    sent = [read_queue_text(t) for t in drain(outbox)]
+    assert [(m.body, dict(m.headers)) for m in sent] == [({"total": 1}, traced)]
 
     # The source, max 1 receive: m-1 stored (its delete was lost), m-2 not,
     # and a text that is no message; every delete refused until told.

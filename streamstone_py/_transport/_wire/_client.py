@@ -23,6 +23,7 @@ from azure.data.tables import TableClient
 
 from .._protocol import Request, time_left
 from .._retry import raise_as_storage_error
+from .._tracing import answered
 from ._auth import Auth, Bearer, auth_of
 from ._deadline import POOL_CLASSES, watching
 from ._exchange import Answer, HttpCall, Service, exchange, http_date
@@ -209,6 +210,7 @@ class WireTableClient(TableClient):
             # http.client takes the end of a socket shut amid the headers for
             # their end: what came is a piece of an answer, never the answer.
             raise _overdue(left, None)
+        answered(response.status, response.headers)
         return Answer(response.status, response.reason or "", response.headers, response.data)
 
     def close(self) -> None:

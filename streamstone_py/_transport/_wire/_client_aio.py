@@ -24,6 +24,7 @@ from azure.data.tables.aio import TableClient as AsyncTableClient
 
 from .._protocol import Request, time_left
 from .._retry import raise_as_storage_error
+from .._tracing import answered
 from ._client import DEFAULT_POOL_SIZE, WireSetup
 from ._exchange import Answer, HttpCall, exchange, http_date
 from ._fork import keep, renew_in_child
@@ -124,6 +125,7 @@ class AsyncWireTableClient(AsyncTableClient):
             allow_redirects=False,
         ) as response:
             data = await response.read()
+            answered(response.status, response.headers)
             return Answer(response.status, response.reason or "", response.headers, data)
 
     async def close(self) -> None:
