@@ -167,9 +167,10 @@ class Step:
     dispatch: bool = False  # outbox: outputs to mark dispatched after publishing
     stops_key: bool = False  # abandoned by a failing handler, or after one
     kind: OutcomeKind | None = None  # an abandoned step's (None: ``failed``)
-    #: Its outputs may carry tokens: False for a duplicate whose original was
-    #: stored without (tokens were off then), so that it re-sends what went out.
-    tokens: bool = True
+    #: Its outputs may carry tokens: a message stored now (then only if the
+    #: processor sends them), or a duplicate whose original was stored with
+    #: them; False for every other, so that it re-sends what went out.
+    tokens: bool = False
 
 
 @dataclass(slots=True)

@@ -107,6 +107,8 @@ class Processor(KeyReader[S]):
     output of a type the handler takes is a message to one of its own keys in
     this table, and carries a token that the receiver's write consumes, so a
     copy of it is dropped however late it comes (see ``_batch/_tokens``).
+    Whatever ``tokens`` says, a message carrying a token for this handler
+    consumes it, so workers can turn tokens on one at a time.
     ``trace_context``: what the trace context in a message's headers is to
     the spans made for it (see docs/observability.md): their ``"parent"``
     (the default), or a ``"link"`` from spans in the caller's context.
@@ -170,13 +172,13 @@ class Processor(KeyReader[S]):
         self.stats = ProcessorStats()
         self._counting = threading.Lock()  # keys may be processed from several threads
         self._strategy = strategy_of(strategy, Replayer(handler, self.store), dispatch)
-        #: The token steps (None: outputs carry no token, and messages' are ignored).
-        self._tokens = Tokens(TokenRows(self.store), handler.accepts) if tokens else None
+        #: The token steps: a receiver's whatever ``tokens`` says, a sender's with it.
+        self._tokens = Tokens(TokenRows(self.store), handler.accepts, sends=tokens)
 
     @property
     def tokens(self) -> bool:
         """Whether outputs to the handler's own keys carry tokens, as given."""
-        return self._tokens is not None
+        return self._tokens.sends
 
     @property
     def strategy(self) -> StrategyName:
@@ -271,14 +273,14 @@ class Processor(KeyReader[S]):
         try:
             # After the state, before the outputs: their tokens (see _batch/_tokens).
             tokens = self._tokens
-            sending = None if tokens is None else tokens.before_dispatch(partition, plan)
+            sending = tokens.before_dispatch(partition, plan)
             with spans.publishing(plan.steps, getattr(self.publisher, "check", None)) as publish:
                 if publish:
                     self.publisher.publish(publish)
             dispatched = [s.message.id for s in plan.steps if s.dispatch]
             if dispatched and self.dispatch == "after_publish":
                 self.store.mark_dispatched(partition, dispatched)
-            if sending is not None and tokens is not None:
+            if sending is not None:
                 tokens.after_dispatch(sending)
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, plan, exc)

@@ -10,6 +10,7 @@ import pytest
 from azure.data.tables import TableClient
 
 from handlers import InMemoryPublisher, Message, Processor
+from handlers._store import TOKEN_HEADER
 from handlers.examples import accounts
 from tests.tokening import (
     Crash,
@@ -137,11 +138,6 @@ def test_a_checkpoint_left_by_a_retain_interrupted_after_the_versions_goes_with_
     assert p.current_state(a).state.balance == 71
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a worker with tokens off applies a credit without consuming its token: while "
-    "tokens are turned on worker by worker, a later copy finds the token and is applied again",
-)
 def test_a_credit_applied_by_a_worker_with_tokens_still_off_is_not_applied_again(
     table: TableClient, game: str
 ) -> None:
@@ -193,3 +189,32 @@ def test_a_transfer_applied_again_after_an_interrupted_retain_moves_the_money_wh
     assert p.process(resent).status == "completed"
     assert p.current_state(a).state.balance == 42
     assert p.current_state(b).state.balance == 62
+
+
+def test_a_worker_with_tokens_off_finishes_what_a_version_stored_with_them_promised(
+    table: TableClient, game: str
+) -> None:
+    """Tokens turned off worker by worker: a transfer stored with tokens by a
+    worker that died before sending, delivered again to a worker with tokens
+    off, goes out with a token (its version counts on one), and a copy of the
+    credit after retention is dropped; the off worker's new transfers carry none."""
+    a, b = f"{game}-a", f"{game}-b"
+    dying = Processor(accounts, table, InMemoryPublisher(), tokens=True)
+    with_rows(dying, "after register")
+    transfer = Message("t-1", a, "Transfer", {"to": b, "amount": 30})
+    with pytest.raises(Crash):
+        dying.process(transfer)
+    publisher = InMemoryPublisher()
+    off = Processor(accounts, table, publisher)
+    assert off.process(transfer).status == "duplicate"
+    [credit] = credits(publisher.deliveries)
+    assert len(token_of(credit)) == 32
+    assert off.process(credit).status == "completed"
+    off.process(Message("dep-b1", b, "Deposit", {"amount": 1}))
+    off.process(Message("dep-b2", b, "Deposit", {"amount": 1}))
+    assert off.retain(b, keep_last=1) == 1
+    late = off.process(credit)
+    assert (late.status, late.kind) == ("duplicate", "consumed")
+    assert off.current_state(b).state.balance == 32
+    off.process(Message("t-2", a, "Transfer", {"to": b, "amount": 5}))
+    assert [TOKEN_HEADER in m.headers for m in credits(publisher.deliveries)] == [True, False]

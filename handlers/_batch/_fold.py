@@ -229,7 +229,11 @@ class _Fold:
         if token is not None:
             self.tokens.add(token)
         dispatch = folder.strategy.dispatches()
-        self._add(Step(message, "completed", self.version, context.outputs, dispatch=dispatch))
+        self._add(
+            Step(
+                message, "completed", self.version, context.outputs, dispatch=dispatch, tokens=True
+            )
+        )
 
     def _take(self, message: Message, found: Found, *, stop_if_nondeterministic: bool) -> None:
         """A stored message's replay as its step (or its error, as abandoned)."""

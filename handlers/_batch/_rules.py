@@ -129,7 +129,7 @@ class Rules:
             properties[RECORDS] = pack([d for d, _ in records])
         token = self.token_of(message)
         tokens = self.tokens
-        if tokens is not None and tokens.count(context.outputs):
+        if tokens is not None and tokens.sends and tokens.count(context.outputs):
             properties[TOKEN_OUTPUTS] = tokens.count(context.outputs)
             tokens.check(message, context.outputs)
         store = self.strategy.store
@@ -147,10 +147,11 @@ class Rules:
         return event
 
     def _check_outputs(self, outputs: Sequence[Message]) -> None:
+        tokens = self.tokens
         if self.check_output is not None:
             for output in outputs:
-                if self.tokens is not None and self.tokens.carries(output.type):
+                if tokens is not None and tokens.sends and tokens.carries(output.type):
                     # Checked as it will go out: with its token header.
-                    headers = {**output.headers, TOKEN_HEADER: self.tokens.header(PLACEHOLDER)}
+                    headers = {**output.headers, TOKEN_HEADER: tokens.header(PLACEHOLDER)}
                     output = dataclasses.replace(output, headers=headers)
                 self.check_output(output)

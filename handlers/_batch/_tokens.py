@@ -66,10 +66,15 @@ class Sending:
 class Tokens:
     """The token steps of one handler's processor (see the module's docstring)."""
 
-    def __init__(self, rows: TokenRows, carries: Callable[[str], bool]) -> None:
+    def __init__(self, rows: TokenRows, carries: Callable[[str], bool], sends: bool) -> None:
         self.rows = rows
         #: Whether an output of this type is a message to the handler's own keys.
         self.carries = carries
+        #: Whether new outputs get tokens (``tokens=True``). Every processor
+        #: consumes the tokens its messages carry, and finishes sending those
+        #: a version stored with them promised: so tokens can be turned on,
+        #: or off, one worker at a time.
+        self.sends = sends
 
     def header(self, token: str) -> str:
         """The ``ss-token`` header's value: the handler it is for, and the id."""
@@ -107,13 +112,20 @@ class Tokens:
         """Register, create and checkpoint the tokens of the plan's outputs
         that need them (none already checkpointed), and put each id in its
         output's header; the steps' outputs are replaced."""
+        if not self.sends and all(step.status != "duplicate" for step in plan.steps):
+            return None  # nothing stored now gets a token, and no duplicate re-sends one
         groups: dict[str, list[Step]] = defaultdict(list)
         for step in plan.steps:
             if step.status in ("completed", "duplicate") and self.count(step.outputs):
                 groups[step.message.id].append(step)
         # A copy in the batch follows its first: a replay of a version stored
         # before tokens were on re-sends what went out then, without.
-        groups = {m: steps for m, steps in groups.items() if steps[0].tokens}
+        # Stored now: with tokens only if this processor sends them.
+        groups = {
+            m: steps
+            for m, steps in groups.items()
+            if steps[0].tokens and (self.sends or steps[0].status == "duplicate")
+        }
         if not groups:
             return None
         first = {message_id: steps[0] for message_id, steps in groups.items()}

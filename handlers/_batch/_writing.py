@@ -44,7 +44,7 @@ class Writer(Protocol):
     max_attempts: int
     stats: ProcessorStats
     _strategy: Strategy
-    _tokens: Tokens | None
+    _tokens: Tokens
 
     @property  # read only: a lock is a context manager of its own type
     def _counting(self) -> AbstractContextManager[Any]: ...
@@ -100,7 +100,7 @@ def store_batch(
         except IncludedOperationConflictError as exc:
             keep_committed(exc, plan, stored)
             spent = None
-            if processor._tokens is not None and exc.operation == "delete":
+            if exc.operation == "delete":
                 row_key = str(exc.entity.get("RowKey", ""))
                 spent = consumed_token(processor._tokens, messages, row_key)
             if spent is not None:  # its token is gone: processed before, however long ago
