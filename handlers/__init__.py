@@ -43,7 +43,7 @@ from ._messages._envelope import (
 )
 from ._messages._message import Message
 from ._outcome import KeyState, KeyVersion, LoadedState, Outcome, OutcomeKind, ProcessorStats
-from ._processor import Processor
+from ._processor import Processor, TokenReceiver
 from ._publish import InMemoryPublisher, Publisher, TablePublisher
 from ._queues._account import QUEUE_NAME, QueueConfig, check_queue_name
 from ._queues._breaker import Breaker, is_outage
@@ -99,6 +99,7 @@ __all__ = [
     "StateTooLargeError",
     "StoredVersion",
     "TablePublisher",
+    "TokenReceiver",
     "UnreadableStateError",
     "admit",
     "admit_text",

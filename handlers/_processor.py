@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -40,8 +40,7 @@ from streamstone_py import Partition, RetryPolicy, StreamstoneError
 
 from ._batch._replay import Replayer
 from ._batch._strategy import strategy_of
-from ._batch._token_rows import TokenRows
-from ._batch._tokens import Tokens
+from ._batch._token_receivers import TokenReceiver, tokens_of
 from ._batch._tracing import BatchSpans, processing
 from ._batch._writing import store_batch
 from ._cache import HeaderCache
@@ -69,7 +68,7 @@ from ._reading import KeyReader, decode_state, key_state
 from ._retention import retain
 from ._store import StateStore
 
-__all__ = ["Processor"]
+__all__ = ["Processor", "TokenReceiver"]
 
 S = TypeVar("S")
 _log = logging.getLogger(__name__)
@@ -109,6 +108,10 @@ class Processor(KeyReader[S]):
     copy of it is dropped however late it comes (see ``_batch/_tokens``).
     Whatever ``tokens`` says, a message carrying a token for this handler
     consumes it, so workers can turn tokens on one at a time.
+    ``token_receivers``: output types that other handlers take, each with
+    its :class:`TokenReceiver` (the handler's name and states table): with
+    ``tokens=True`` their tokens are made there (keep them while turning
+    tokens off: a duplicate finishes what its version promised).
     ``trace_context``: what the trace context in a message's headers is to
     the spans made for it (see docs/observability.md): their ``"parent"``
     (the default), or a ``"link"`` from spans in the caller's context.
@@ -134,6 +137,7 @@ class Processor(KeyReader[S]):
         max_batch: int = 500,
         tokens: bool = False,
         trace_context: TraceContext = "parent",
+        token_receivers: Mapping[str, TokenReceiver] | None = None,
     ) -> None:
         if strategy not in ("state", "outbox"):
             raise ValueError(f"strategy must be 'state' or 'outbox', got {strategy!r}")
@@ -147,18 +151,6 @@ class Processor(KeyReader[S]):
             raise ValueError(f"handler name {handler.name!r} must be an identifier")
         if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
-        if not isinstance(tokens, bool):
-            raise ValueError(f"tokens must be True or False, got {tokens!r}")
-        if tokens and (strategy != "state" or dispatch != "after_publish"):
-            raise ValueError(
-                "tokens=True needs strategy='state' and dispatch='after_publish', got "
-                f"strategy={strategy!r} and dispatch={dispatch!r}"
-            )
-        if tokens and handler.message_types is None:
-            raise ValueError(
-                f"tokens=True needs handler {handler.name!r} to name its types: an output of "
-                "a type it takes is what carries a token"
-            )
         self.max_batch = max_batch
         self.trace_context = check_trace_context(trace_context)
         self.handler = handler
@@ -173,7 +165,7 @@ class Processor(KeyReader[S]):
         self._counting = threading.Lock()  # keys may be processed from several threads
         self._strategy = strategy_of(strategy, Replayer(handler, self.store), dispatch)
         #: The token steps: a receiver's whatever ``tokens`` says, a sender's with it.
-        self._tokens = Tokens(TokenRows(self.store), handler.accepts, sends=tokens)
+        self._tokens = tokens_of(handler, self.store, strategy, dispatch, tokens, token_receivers)
 
     @property
     def tokens(self) -> bool:

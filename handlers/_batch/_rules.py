@@ -152,6 +152,9 @@ class Rules:
             for output in outputs:
                 if tokens is not None and tokens.sends and tokens.carries(output.type):
                     # Checked as it will go out: with its token header.
-                    headers = {**output.headers, TOKEN_HEADER: tokens.header(PLACEHOLDER)}
+                    headers = {
+                        **output.headers,
+                        TOKEN_HEADER: tokens.header(output.type, PLACEHOLDER),
+                    }
                     output = dataclasses.replace(output, headers=headers)
                 self.check_output(output)

@@ -3,13 +3,15 @@ per request, or per 100 rows), so that tests can wrap :class:`TokenRows` to
 crash between any two.
 
 - ``{handler}|TK-{token}``: a token, in the receiving key's partition,
-  beside that key's stream: ``MessageId`` (the sending message) and ``From``
-  (its key). The receiver's transaction that stores the message carrying it
-  deletes it; a sender's cleanup deletes those of attempts that lost.
+  beside that key's stream (in the receiver's table, under its handler's
+  name): ``MessageId`` (the sending message) and ``From`` (its key). The
+  receiver's transaction that stores the message carrying it deletes it; a
+  sender's cleanup deletes those of attempts that lost.
 - ``{handler}|TR-{SHA-256 of the message id}-{attempt}``: an attempt's
   registration, in the sending key's partition, written before its tokens:
   ``MessageId`` and ``Targets`` (msgpack: the receiving key and token id of
-  each output), so whatever an attempt created can be found and removed.
+  each output, and its receiver when not the sender's own), so whatever an
+  attempt created can be found and removed.
 - ``{handler}|TC-{message id}``: the checkpoint, in the sending key's
   partition, inserted once: ``Tokens`` (msgpack: the token ids, in the order
   of the outputs that carry them) and ``Dispatched``, set once they went out;
@@ -19,84 +21,31 @@ crash between any two.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from azure.data.tables import TableTransactionError
 
 from streamstone_py import Partition, Row, TableOperation, check_row, query_rows, read_row, submit
 
-from .._messages._codec import pack, unpack
+from .._messages._codec import pack
 from .._publish import transactions
 from .._store import CHECKPOINT_PREFIX, REGISTRATION_PREFIX, StateStore
+from ._token_records import (
+    RETAINED,
+    Attempt,
+    Checkpoint,
+    Registration,
+    Retained,
+    packed_targets,
+    read_checkpoint,
+    read_targets,
+)
 
 __all__ = ["Attempt", "Checkpoint", "Registration", "Retained", "TokenRows"]
 
-#: A checkpoint's property: the cut of the retention removing its version.
-RETAINED = "Retained"
-
 T = TypeVar("T")
-
-#: The pairs an attempt registers: the receiving key and the token id, per output.
-Targets = tuple[tuple[str, str], ...]
-
-
-class Retained(RuntimeError):
-    """A message's checkpoint and version were removed by retention while a
-    copy was sending: its outputs went out long ago, under ids now lost."""
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One attempt at sending a message's outputs: fresh token ids, its own."""
-
-    message_id: str
-    attempt: str
-    targets: Targets
-    #: The version that stored the message (a checkpoint stale at it is replaced).
-    version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """An attempt's registration as stored."""
-
-    row_key: str
-    message_id: str
-    targets: Targets
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """The token ids a message's outputs carry, on every delivery, for good."""
-
-    message_id: str
-    tokens: tuple[str, ...]
-    dispatched: bool = False
-    #: The cut of the retention that removes its version (None: none yet).
-    retained: int | None = None
-    etag: str = dataclasses.field(default="", compare=False)
-
-    def stale(self, version: int) -> bool:
-        """Whether it belongs to an earlier life of its message: retention
-        cut above that version, and the message was stored again at
-        ``version`` (a copy from outside, after the window)."""
-        return self.retained is not None and self.retained <= version
-
-
-def _packed(row_key: str, name: str, value: Any) -> Any:
-    """A packed list read back; ``ValueError`` for anything else, since a
-    cleanup that misread which tokens are live could delete one."""
-    if not isinstance(value, bytes):
-        raise ValueError(f"row {row_key!r} has a {name} of {type(value).__name__}, not bytes")
-    return unpack(value)
-
-
-def _targets(row_key: str, value: Any) -> Targets:
-    return tuple((str(key), str(token)) for key, token in _packed(row_key, "Targets", value))
 
 
 class TokenRows:
@@ -105,6 +54,12 @@ class TokenRows:
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.handler_name = store.handler_name
+
+    @property
+    def label(self) -> str:
+        """How a registration names these rows when they are another handler's:
+        ``{handler}@{table}``."""
+        return f"{self.handler_name}@{self.store.table.table_name}"
 
     # --- row keys ---------------------------------------------------------------
 
@@ -126,7 +81,7 @@ class TokenRows:
             self.checkpoint_row_key(message_id),
             retry=self.store.retry,
         )
-        return None if row is None else _checkpoint(message_id, row.properties, row.etag)
+        return None if row is None else read_checkpoint(message_id, row.properties, row.etag)
 
     def exists(self, key: str, token: str) -> bool:
         """Whether the token is still in ``key``'s partition (one point read)."""
@@ -138,7 +93,7 @@ class TokenRows:
             "PartitionKey": partition_key,
             "RowKey": self.registration_row_key(attempt.message_id, attempt.attempt),
             "MessageId": attempt.message_id,
-            "Targets": pack([list(t) for t in attempt.targets]),
+            "Targets": packed_targets(attempt.targets),
         }
 
     def check(self, partition_key: str, attempt: Attempt) -> None:
@@ -180,14 +135,14 @@ class TokenRows:
             (a.message_id, TableOperation("create", {
                 "PartitionKey": pk,
                 "RowKey": self.checkpoint_row_key(a.message_id),
-                "Tokens": pack([token for _, token in a.targets]),
+                "Tokens": pack([target[1] for target in a.targets]),
                 "Dispatched": False,
             }), TableOperation("update_merge", {
                 "PartitionKey": pk, "RowKey": partition.id_row_key(a.message_id)
             }, "*"))
             for a in attempts
         ]  # fmt: skip
-        stored = {a.message_id: Checkpoint(a.message_id, tuple(t for _, t in a.targets))
+        stored = {a.message_id: Checkpoint(a.message_id, tuple(t[1] for t in a.targets))
                   for a in attempts}  # fmt: skip
         for batch in _chunks(pending, lambda p: p[1], per_item=2):
             while batch:
@@ -230,7 +185,7 @@ class TokenRows:
         prefix = f"{self.handler_name}|{REGISTRATION_PREFIX}"
         return [
             Registration(str(row.properties["RowKey"]), str(row.properties.get("MessageId")),
-                         _targets(str(row.properties["RowKey"]), row.properties.get("Targets")))
+                         read_targets(str(row.properties["RowKey"]), row.properties.get("Targets")))
             for row in self._range(partition, prefix)
         ]  # fmt: skip
 
@@ -261,7 +216,7 @@ class TokenRows:
         found: dict[str, Checkpoint] = {}
         for row in self._range(partition, prefix):
             message_id = str(row.properties["RowKey"])[len(prefix) :]
-            found[message_id] = _checkpoint(message_id, row.properties)
+            found[message_id] = read_checkpoint(message_id, row.properties)
         return found
 
     def forget(
@@ -332,17 +287,3 @@ def _chunks(
 
 def _delete(partition_key: str, row_key: str) -> TableOperation:
     return TableOperation("delete", {"PartitionKey": partition_key, "RowKey": row_key}, "*")
-
-
-def _checkpoint(message_id: str, properties: Mapping[str, Any], etag: str = "") -> Checkpoint:
-    tokens = _packed(f"checkpoint of {message_id!r}", "Tokens", properties.get("Tokens"))
-    retained = properties.get(RETAINED)
-    if not isinstance(retained, int) or isinstance(retained, bool):
-        retained = None
-    return Checkpoint(
-        message_id,
-        tuple(str(t) for t in tokens),
-        bool(properties.get("Dispatched")),
-        retained,
-        etag,
-    )

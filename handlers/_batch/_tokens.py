@@ -32,9 +32,10 @@ takes its ids from the checkpoint.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -43,9 +44,12 @@ from streamstone_py import Include, Partition
 from .._messages._message import Message
 from .._outcome import Plan, Step
 from .._store import TOKEN_HEADER, StoredVersion
-from ._token_rows import Attempt, Checkpoint, Registration, Retained, TokenRows
+from ._token_records import Attempt, Checkpoint, Registration, Retained, Target
+from ._token_rows import TokenRows
 
 __all__ = ["PLACEHOLDER", "Sending", "Tokens", "consumed_token"]
+
+_log = logging.getLogger(__name__)
 
 #: A token id as it travels (fresh ids are 32 hex digits), to measure outputs by.
 PLACEHOLDER: Final = "0" * 32
@@ -66,19 +70,42 @@ class Sending:
 class Tokens:
     """The token steps of one handler's processor (see the module's docstring)."""
 
-    def __init__(self, rows: TokenRows, carries: Callable[[str], bool], sends: bool) -> None:
+    def __init__(
+        self,
+        rows: TokenRows,
+        takes: Callable[[str], bool],
+        sends: bool,
+        receivers: Mapping[str, TokenRows] | None = None,
+    ) -> None:
         self.rows = rows
         #: Whether an output of this type is a message to the handler's own keys.
-        self.carries = carries
+        self.takes = takes
+        #: The other handlers' token rows, by the output type they take.
+        self.receivers = dict(receivers or {})
+        #: The same, by label (what a registration names them by).
+        self.labelled = {r.label: r for r in self.receivers.values()}
         #: Whether new outputs get tokens (``tokens=True``). Every processor
         #: consumes the tokens its messages carry, and finishes sending those
         #: a version stored with them promised: so tokens can be turned on,
         #: or off, one worker at a time.
         self.sends = sends
 
-    def header(self, token: str) -> str:
+    def carries(self, message_type: str) -> bool:
+        """Whether an output of this type carries a token: to the handler's
+        own keys, or to a receiver's."""
+        return message_type in self.receivers or self.takes(message_type)
+
+    def header(self, message_type: str, token: str) -> str:
         """The ``ss-token`` header's value: the handler it is for, and the id."""
-        return f"{self.rows.handler_name}:{token}"
+        return f"{self.receivers.get(message_type, self.rows).handler_name}:{token}"
+
+    def target(self, output: Message, token: str) -> Target:
+        receiver = self.receivers.get(output.type)
+        return (output.key, token, "" if receiver is None else receiver.label)
+
+    def rows_of(self, label: str) -> TokenRows | None:
+        """The token rows a target's label names (None: a receiver no longer configured)."""
+        return self.rows if not label else self.labelled.get(label)
 
     def token_in(self, message: Message) -> str | None:
         """The token id a message carries for this handler (another handler's
@@ -94,9 +121,11 @@ class Tokens:
         """``ValueError``, before the state is stored, for outputs whose tokens
         could not be sent: a key no token row can have, or more than one
         registration row holds."""
-        targets = tuple((o.key, PLACEHOLDER) for o in outputs if self.carries(o.type))
-        for key, _ in targets:
-            self.rows.store.partition(key)
+        targets = tuple(self.target(o, PLACEHOLDER) for o in outputs if self.carries(o.type))
+        for key, _, label in targets:
+            rows = self.rows_of(label)
+            assert rows is not None  # configured: it was just looked up by type
+            rows.store.partition(key)
         self.rows.check(message.key, Attempt(message.id, PLACEHOLDER, targets))
 
     # --- the receiver -----------------------------------------------------------------
@@ -144,19 +173,21 @@ class Tokens:
         checkpoints = {m: c for m, c in checkpoints.items() if not c.stale(versions[m])}
         attempts = [
             Attempt(message_id, uuid.uuid4().hex, tuple(
-                (o.key, uuid.uuid4().hex) for o in step.outputs if self.carries(o.type)
+                self.target(o, uuid.uuid4().hex) for o in step.outputs if self.carries(o.type)
             ), versions[message_id])
             for message_id, step in first.items()
             if message_id not in checkpoints
         ]  # fmt: skip
         if attempts:
             self.rows.register(partition, attempts)
-            by_key: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+            by_key: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
             for attempt in attempts:
-                for key, token in attempt.targets:
-                    by_key[key].append((token, attempt.message_id, partition.partition_key))
-            for key, tokens in by_key.items():
-                self.rows.create(key, tokens)
+                for key, token, label in attempt.targets:
+                    by_key[label, key].append((token, attempt.message_id, partition.partition_key))
+            for (label, key), tokens in by_key.items():
+                rows = self.rows_of(label)
+                assert rows is not None  # configured: these targets were made just now
+                rows.create(key, tokens)
             try:
                 checkpoints.update(self.rows.record(partition, attempts))
             except Retained:  # none of this attempt's tokens may ever be consumed
@@ -179,7 +210,9 @@ class Tokens:
             )
         tokens = iter(checkpoint.tokens)
         return tuple(
-            dataclasses.replace(o, headers={**o.headers, TOKEN_HEADER: self.header(next(tokens))})
+            dataclasses.replace(
+                o, headers={**o.headers, TOKEN_HEADER: self.header(o.type, next(tokens))}
+            )
             if self.carries(o.type)
             else o
             for o in outputs
@@ -213,15 +246,23 @@ class Tokens:
     def _delete_garbage(
         self, registrations: Iterable[Registration], checkpoints: dict[str, Checkpoint]
     ) -> None:
-        garbage: dict[str, list[str]] = defaultdict(list)
+        garbage: dict[tuple[str, str], list[str]] = defaultdict(list)
         for registration in registrations:
             checkpoint = checkpoints.get(registration.message_id)
             live = set(checkpoint.tokens) if checkpoint is not None else set()
-            for key, token in registration.targets:
+            for key, token, label in registration.targets:
                 if token not in live:
-                    garbage[key].append(token)
-        for key, tokens in garbage.items():
-            self.rows.delete_tokens(key, tokens)
+                    garbage[label, key].append(token)
+        for (label, key), tokens in garbage.items():
+            rows = self.rows_of(label)
+            if rows is None:  # the receiver was taken out of the configuration
+                _log.warning(
+                    "%d unused tokens of handler %r for key %r left in place: their receiver "
+                    "%r is no longer among the processor's token receivers",
+                    len(tokens), self.rows.handler_name, key, label,
+                )  # fmt: skip
+                continue
+            rows.delete_tokens(key, tokens)
 
     # --- retention -------------------------------------------------------------------------
 
