@@ -84,7 +84,7 @@ class Processor(KeyReader[S]):
     outputs beside the state and replays them; the handler need not be
     deterministic.
 
-    ``dispatch`` (outbox only) says when outputs count as delivered.
+    ``dispatch`` (outbox, and tokens' checkpoints) says when outputs count as delivered.
     ``"after_publish"`` (the default): once :meth:`Publisher.publish` returns,
     the outbox rows are marked dispatched and their outputs dropped, so a
     later duplicate re-sends nothing. ``"by_caller"``: for a caller whose
@@ -106,7 +106,8 @@ class Processor(KeyReader[S]):
     ``tokens=True`` (state strategy; the handler names its ``types``): an
     output of a type the handler takes is a message to one of its own keys in
     this table, and carries a token that the receiver's write consumes, so a
-    copy of it is dropped however late it comes (see ``_batch/_tokens``).
+    copy of it is dropped however late it comes (see ``_batch/_tokens``);
+    with ``"by_caller"``, retention keeps a sender's version until marked.
     Whatever ``tokens`` says, a message carrying a token for this handler
     consumes it, so workers can turn tokens on one at a time.
     ``trace_context``: what the trace context in a message's headers is to
@@ -149,11 +150,8 @@ class Processor(KeyReader[S]):
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         if not isinstance(tokens, bool):
             raise ValueError(f"tokens must be True or False, got {tokens!r}")
-        if tokens and (strategy != "state" or dispatch != "after_publish"):
-            raise ValueError(
-                "tokens=True needs strategy='state' and dispatch='after_publish', got "
-                f"strategy={strategy!r} and dispatch={dispatch!r}"
-            )
+        if tokens and strategy != "state":
+            raise ValueError(f"tokens=True needs strategy='state', got strategy={strategy!r}")
         if tokens and handler.message_types is None:
             raise ValueError(
                 f"tokens=True needs handler {handler.name!r} to name its types: an output of "
@@ -173,7 +171,8 @@ class Processor(KeyReader[S]):
         self._counting = threading.Lock()  # keys may be processed from several threads
         self._strategy = strategy_of(strategy, Replayer(handler, self.store), dispatch)
         #: The token steps: a receiver's whatever ``tokens`` says, a sender's with it.
-        self._tokens = Tokens(TokenRows(self.store), handler.accepts, sends=tokens)
+        marks = dispatch == "after_publish"
+        self._tokens = Tokens(TokenRows(self.store), handler.accepts, tokens, marks)
 
     @property
     def tokens(self) -> bool:
@@ -291,9 +290,12 @@ class Processor(KeyReader[S]):
 
         Call it once the publication of their outputs is final. Ids without an
         outbox row (removed by retention, or never stored) are skipped. Under
-        the state strategy there is nothing to mark.
-        """
-        self._strategy.mark_dispatched(self.store.partition(key), message_ids)
+        the state strategy, the token checkpoints of those that sent tokens
+        are marked (one query: pass only those): retention waits for it."""
+        partition = self.store.partition(key)
+        self._strategy.mark_dispatched(partition, message_ids)
+        if self.strategy == "state" and message_ids:
+            self._tokens.mark(partition, message_ids)
 
     def _finish(
         self, messages: Sequence[Message], plan: Plan | None, fault: BaseException | None

@@ -66,7 +66,9 @@ class Sending:
 class Tokens:
     """The token steps of one handler's processor (see the module's docstring)."""
 
-    def __init__(self, rows: TokenRows, carries: Callable[[str], bool], sends: bool) -> None:
+    def __init__(
+        self, rows: TokenRows, carries: Callable[[str], bool], sends: bool, marks: bool = True
+    ) -> None:
         self.rows = rows
         #: Whether an output of this type is a message to the handler's own keys.
         self.carries = carries
@@ -75,6 +77,10 @@ class Tokens:
         #: a version stored with them promised: so tokens can be turned on,
         #: or off, one worker at a time.
         self.sends = sends
+        #: Whether :meth:`after_dispatch` marks the checkpoints dispatched
+        #: (``dispatch="after_publish"``); else the caller does, once its
+        #: publication is final (:meth:`mark`), and retention waits for it.
+        self.marks = marks
 
     def header(self, token: str) -> str:
         """The ``ss-token`` header's value: the handler it is for, and the id."""
@@ -198,8 +204,19 @@ class Tokens:
         others = [r for r in found if r.message_id in sending.checkpoints and r.row_key not in own]
         self._delete_garbage([*own.values(), *others], sending.checkpoints)
         undispatched = [m for m, c in sending.checkpoints.items() if not c.dispatched]
+        if not self.marks:
+            undispatched = []
         if undispatched or own:
             self.rows.finish(sending.partition, undispatched, list(own))
+
+    def mark(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        """The caller's publication of these messages' outputs is final: their
+        checkpoints are marked dispatched (one query, then one transaction per
+        100 not marked yet; ids without a checkpoint are skipped)."""
+        stored = self.rows.checkpoints(partition)
+        undispatched = [m for m in message_ids if m in stored and not stored[m].dispatched]
+        if undispatched:
+            self.rows.finish(partition, undispatched, [])
 
     def _own(self, attempts: Iterable[Attempt]) -> dict[str, Registration]:
         """The registrations of these attempts, by row key."""
