@@ -83,7 +83,7 @@ class Processor(KeyReader[S]):
     outputs beside the state and replays them; the handler need not be
     deterministic.
 
-    ``dispatch`` (outbox only) says when outputs count as delivered.
+    ``dispatch`` (outbox, and tokens' checkpoints) says when outputs count as delivered.
     ``"after_publish"`` (the default): once :meth:`Publisher.publish` returns,
     the outbox rows are marked dispatched and their outputs dropped, so a
     later duplicate re-sends nothing. ``"by_caller"``: for a caller whose
@@ -105,7 +105,8 @@ class Processor(KeyReader[S]):
     ``tokens=True`` (state strategy; the handler names its ``types``): an
     output of a type the handler takes is a message to one of its own keys in
     this table, and carries a token that the receiver's write consumes, so a
-    copy of it is dropped however late it comes (see ``_batch/_tokens``).
+    copy of it is dropped however late it comes (see ``_batch/_tokens``);
+    with ``"by_caller"``, retention keeps a sender's version until marked.
     Whatever ``tokens`` says, a message carrying a token for this handler
     consumes it, so workers can turn tokens on one at a time.
     ``token_receivers``: output types that other handlers take, each with
@@ -283,9 +284,12 @@ class Processor(KeyReader[S]):
 
         Call it once the publication of their outputs is final. Ids without an
         outbox row (removed by retention, or never stored) are skipped. Under
-        the state strategy there is nothing to mark.
-        """
-        self._strategy.mark_dispatched(self.store.partition(key), message_ids)
+        the state strategy, the token checkpoints of those that sent tokens
+        are marked (one query: pass only those): retention waits for it."""
+        partition = self.store.partition(key)
+        self._strategy.mark_dispatched(partition, message_ids)
+        if self.strategy == "state" and message_ids:
+            self._tokens.mark(partition, message_ids)
 
     def _finish(
         self, messages: Sequence[Message], plan: Plan | None, fault: BaseException | None

@@ -105,10 +105,17 @@ def main(argv: list[str] | None = None) -> int:
             retain_for = parse_duration(args.retain_for)
         except ValueError as exc:
             parser.error(f"--retain-for: {exc}")
+    if args.tokens and args.strategy != "state":
+        parser.error(f"--tokens needs --strategy state, got {args.strategy!r}")
     try:
-        resolve_handler(args.handler)
+        found = resolve_handler(args.handler)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.tokens and found.message_types is None:
+        parser.error(
+            f"--tokens needs handler {args.handler!r} to name its types (@handler(..., "
+            "types=[...])): an output of a type it takes is what carries a token"
+        )
     if (args.master or ("" if launched_with_master() else LOCAL_MASTER)).startswith("local"):
         _workers_import_from(args.handler)
     configure_logging(args.log_level)
@@ -139,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         sent_at=args.sent_at,
         transport=args.transport,
         trace_context=args.trace_context,
+        tokens=args.tokens,
     )
     try:
         spark = session(args.master, spark_log_level=args.spark_log_level)

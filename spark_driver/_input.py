@@ -12,7 +12,8 @@ Three things are decided here, once for both modes:
   their files (oldest modification time first, as Spark's file source takes
   them; then by path), then of their lines, whatever the files' sizes and
   however they were cut into micro-batches (:data:`FILE_ORDER`);
-- *sent time*: the optional sent-time column, as the executors read it.
+- *sent time*: the optional sent-time column, as the executors read it;
+- *headers*: the optional ``headers`` column (:data:`HEADERS`), as JSON text.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from ._files._fs import glob_escaped
 __all__ = [
     "CORRUPT_RECORD",
     "FILE_ORDER",
+    "HEADERS",
+    "HEADERS_COLUMN",
     "INPUT_FORMATS",
     "INPUT_SCHEMA",
     "LINE",
@@ -62,6 +65,13 @@ INPUT_SCHEMA = StructType(
         StructField("body", StringType()),
     ]
 )
+#: The optional input column of a message's headers (string to string): a
+#: JSON object in JSON lines, a map (or its JSON text) in Parquet. The job's
+#: own output rows carry their ``ss-token`` and trace context there, so its
+#: output files can be fed back as input. An input without it reads as before.
+HEADERS_COLUMN: Final = "headers"
+#: The headers as the executors read them: JSON text (null: none).
+HEADERS: Final = "_headers"
 INPUT_FORMATS = ("json", "parquet")
 #: The longest line read from JSON lines, in bytes: far above what a message
 #: can carry (Azure's 4 MiB transaction), and small enough to hold in memory.
@@ -95,19 +105,20 @@ _FILE_METADATA = ("file_modification_time", "file_path", "file_block_start")
 def json_schema(*extra: str | None) -> StructType:
     """The columns read from JSON lines: the four message columns, then each
     ``extra`` column (an ordering or a sent-time column) not among them, all as
-    text; then :data:`CORRUPT_RECORD`.
+    text; then :data:`HEADERS_COLUMN` (as text) and :data:`CORRUPT_RECORD`.
 
     Nothing is inferred from the files, so the schema is known before any file
     is there, and a later line cannot change it. Text keeps any JSON value as
     written: a body's raw JSON; an ordering column's numbers, ordered by value
     (:func:`input_order`); a sent time's ISO-8601 text.
     """
-    known = INPUT_SCHEMA.fieldNames()
+    known = [*INPUT_SCHEMA.fieldNames(), HEADERS_COLUMN]
     named = [name for name in dict.fromkeys(extra) if name and name not in known]
     return StructType(
         [
             *INPUT_SCHEMA.fields,
             *(StructField(name, StringType()) for name in named),
+            StructField(HEADERS_COLUMN, StringType()),
             StructField(CORRUPT_RECORD, StringType()),
         ]
     )
@@ -225,15 +236,30 @@ def _sent_at_column(frame: DataFrame, name: str) -> Column:
     )
 
 
+def _headers_column(frame: DataFrame) -> Column:
+    """The headers as JSON text, from any producer's type: a map or a struct
+    as its JSON (a map's null value stays null there, for the executors to
+    refuse), text as it is; any other type as its text, which the executors
+    refuse as no JSON object (a dead letter, not a failed job)."""
+    found = frame.schema[HEADERS_COLUMN].dataType
+    column = F.col(HEADERS_COLUMN)
+    if isinstance(found, StringType):
+        return column
+    if isinstance(found, StructType | MapType | ArrayType):
+        return F.to_json(column)
+    return column.cast(StringType())
+
+
 def message_columns(frame: DataFrame, sent_at: str | None = None) -> list[Column]:
     """The message columns as the executors read them, from any producer's types.
 
     Ids, keys and types of any integer or string type become strings; a body
     that is a struct, a map or an array becomes its JSON text, and any other
     non-binary body its text (a number or a boolean is valid JSON as text).
-    Then :data:`RAW`, the sent time (:data:`SENT_AT`, with ``sent_at``), and
-    the UTF-8 check (:data:`NOT_UTF8`, :data:`NOT_UTF8_BYTES`): a text column
-    that is not valid UTF-8 is null, and named there with its bytes.
+    Then :data:`RAW`, the sent time (:data:`SENT_AT`, with ``sent_at``), the
+    headers (:data:`HEADERS`, with a ``headers`` column), and the UTF-8 check
+    (:data:`NOT_UTF8`, :data:`NOT_UTF8_BYTES`): a text column that is not
+    valid UTF-8 is null, and named there with its bytes.
     """
     columns: dict[str, Column] = {}
     texts: list[str] = []  # columns read as text, whose bytes may not be UTF-8
@@ -263,6 +289,10 @@ def message_columns(frame: DataFrame, sent_at: str | None = None) -> list[Column
         columns[RAW] = F.lit(None).cast(StringType())
     if "queue_text" in frame.columns:
         columns[QUEUE_TEXT] = F.col("queue_text")
+    elif HEADERS_COLUMN in frame.columns:
+        columns[HEADERS] = _headers_column(frame)
+        if isinstance(frame.schema[HEADERS_COLUMN].dataType, StringType):
+            texts.append(HEADERS)
     if sent_at is not None:
         columns[SENT_AT] = _sent_at_column(frame, sent_at)
         if isinstance(frame.schema[sent_at].dataType, StringType):

@@ -25,6 +25,9 @@ from ._tasks._executor import RESULT_SCHEMA, mark_partition, process_partition
 
 __all__ = ["process_messages", "run_batch", "write_result"]
 
+#: The header an output's token travels in (``{handler}:{token id}``).
+TOKEN_HEADER = "ss-token"
+
 _log = logging.getLogger(__name__)
 
 
@@ -61,9 +64,9 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
 
     The order, which a reader can rely on: ``summary/`` of an earlier run is
     deleted first; then ``outputs/``, ``outcomes/`` and ``dead_letters/`` are
-    written; then, for the outbox strategy, the outputs are marked
-    dispatched; ``summary/`` (one JSON row, from the outcome rows as written)
-    comes last. A directory without ``summary/_SUCCESS`` is incomplete: run
+    written; then the outbox outputs (with tokens, the checkpoints) are
+    marked dispatched; ``summary/`` (one JSON row, from the outcome rows as
+    written) comes last. A directory without ``summary/_SUCCESS`` is incomplete: run
     the job again (it is safe to).
     """
     if output_format not in ("parquet", "json"):
@@ -83,17 +86,31 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
         name: spark.read.schema(frame.schema).format(output_format).load(f"{output}/{name}")
         for name, frame in parts.items()
     }
-    if result.settings.strategy == "outbox":
-        _mark_dispatched(written["outcomes"], result.settings, result.partitions)
+    _mark_dispatched(written, result.settings, result.partitions)
     summary = Summary.of(written["outcomes"], written["outputs"], result.results)
     marker = spark.createDataFrame([summary.figures()])
     marker.coalesce(1).write.mode("overwrite").json(f"{output}/summary")
     return summary
 
 
-def _mark_dispatched(outcomes: DataFrame, settings: JobSettings, partitions: int) -> None:
-    """After the commit: the outbox outputs of settled messages are delivered."""
-    settled = outcomes.where(F.col("status").isin("completed", "duplicate"))
+def _mark_dispatched(written: dict[str, DataFrame], settings: JobSettings, partitions: int) -> None:
+    """After the commit: the outbox outputs of settled messages are delivered;
+    with tokens, the checkpoints of the messages whose outputs carry one are
+    marked (until then retention keeps those versions: a rerun re-sends them)."""
+    if settings.strategy == "outbox":
+        outcomes = written["outcomes"]
+        settled = outcomes.where(F.col("status").isin("completed", "duplicate"))
+    elif settings.tokens:
+        outputs = written["outputs"]
+        settled = (
+            outputs.where(F.col("headers").getItem(TOKEN_HEADER).isNotNull())
+            .select(
+                F.col("source_key").alias("key"), F.col("source_message_id").alias("message_id")
+            )
+            .distinct()
+        )
+    else:
+        return
     job = settings
 
     def mark(rows: Any) -> None:

@@ -93,6 +93,13 @@ def build_parser() -> Parser:
         "of applied again",
     )
     run.add_argument(
+        "--tokens",
+        action="store_true",
+        help="outputs to the handler's own keys carry a token their receiver's write "
+        "consumes, so a copy is dropped however late, whatever retention removed (state "
+        "strategy; a handler that names its types)",
+    )
+    run.add_argument(
         "--concurrency",
         type=int,
         default=8,

@@ -99,6 +99,10 @@ class JobSettings:
     source: Literal["files", "queue"] = "files"
     #: What an input's trace context is to its spans (``Processor(trace_context=...)``).
     trace_context: Literal["parent", "link"] = "parent"
+    #: Outputs to the handler's own keys carry a token (``Processor(tokens=True)``;
+    #: the state strategy, and a handler that names its types); marked
+    #: dispatched by the driver once the outputs are committed.
+    tokens: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int):
@@ -136,6 +140,10 @@ class JobSettings:
             raise ValueError(f"trace_context must be 'parent' or 'link', got {given!r}")
         if self.source not in ("files", "queue"):
             raise ValueError(f"source must be 'files' or 'queue', got {self.source!r}")
+        if not isinstance(self.tokens, bool):
+            raise ValueError(f"tokens must be True or False, got {self.tokens!r}")
+        if self.tokens and self.strategy != "state":
+            raise ValueError(f"tokens need the state strategy, got {self.strategy!r}")
         if self.sent_at is not None and (not isinstance(self.sent_at, str) or not self.sent_at):
             raise ValueError(f"sent_at must be a column name, got {self.sent_at!r}")
 

@@ -118,3 +118,30 @@ def test_a_copy_whose_token_is_gone_is_consumed_even_where_the_handler_now_fails
     again = p.process(debit)  # on today's state it would overdraw
     assert (again.status, again.kind) == ("duplicate", "consumed")
     assert p.current_state(game).state == {"balance": 0}
+
+
+def test_by_caller_retention_waits_for_the_callers_mark(table: TableClient, game: str) -> None:
+    """``dispatch="by_caller"`` (a Spark task, whose outputs are final only
+    once its job commits): the checkpoint stays unmarked, so retention keeps
+    the sender's versions, until :meth:`Processor.mark_dispatched`."""
+    a, b = f"{game}-a", f"{game}-b"
+    publisher = InMemoryPublisher()
+    p = Processor(accounts, table, publisher, tokens=True, dispatch="by_caller")
+    p.process(Message("t-1", a, "Transfer", {"to": b, "amount": 3}))
+    p.process(Message("t-2", a, "Transfer", {"to": b, "amount": 4}))
+    for n in range(2):
+        p.process(Message(f"d-{n}", a, "Deposit", {"amount": 1}))
+    sent = [c.headers["ss-token"].partition(":")[2] for c in credits(publisher.deliveries)]
+    unmarked = {
+        f"{H}|TC-t-{n}": {"Tokens": [token], "Dispatched": False}
+        for n, token in zip((1, 2), sent, strict=True)
+    }
+    assert token_rows(table, a) == unmarked
+    assert p.retain(a, keep_last=1) == 0  # t-1 and t-2 wait for the caller
+    p.mark_dispatched(a, ["t-1", "t-2", "d-0"])  # d-0 sent no token: skipped
+    assert token_rows(table, a) == {
+        k: {**v, "Dispatched": True} for k, v in unmarked.items()
+    }  # fmt: skip
+    assert p.retain(a, keep_last=1) == 2  # t-1, t-2 (d-0 is d-1's base)
+    assert token_rows(table, a) == {}
+    assert p.current_state(a).state.balance == -5

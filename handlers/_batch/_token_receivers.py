@@ -45,11 +45,8 @@ def tokens_of(
     """A processor's token steps, its options checked (``ValueError`` naming the bad one)."""
     if not isinstance(tokens, bool):
         raise ValueError(f"tokens must be True or False, got {tokens!r}")
-    if tokens and (strategy != "state" or dispatch != "after_publish"):
-        raise ValueError(
-            "tokens=True needs strategy='state' and dispatch='after_publish', got "
-            f"strategy={strategy!r} and dispatch={dispatch!r}"
-        )
+    if tokens and strategy != "state":
+        raise ValueError(f"tokens=True needs strategy='state', got strategy={strategy!r}")
     if tokens and handler.message_types is None:
         raise ValueError(
             f"tokens=True needs handler {handler.name!r} to name its types: an output of "
@@ -71,4 +68,5 @@ def tokens_of(
             raise ValueError(f"token_receivers[{message_type!r}] is the handler itself")
         other = StateStore(receiver.table, receiver.handler, store.retry)
         rows[message_type] = TokenRows(other)
-    return Tokens(TokenRows(store), handler.accepts, tokens, rows)
+    # With "by_caller", the caller marks the checkpoints once its publication is final.
+    return Tokens(TokenRows(store), handler.accepts, tokens, rows, dispatch == "after_publish")

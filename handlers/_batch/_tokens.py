@@ -76,6 +76,7 @@ class Tokens:
         takes: Callable[[str], bool],
         sends: bool,
         receivers: Mapping[str, TokenRows] | None = None,
+        marks: bool = True,
     ) -> None:
         self.rows = rows
         #: Whether an output of this type is a message to the handler's own keys.
@@ -89,6 +90,10 @@ class Tokens:
         #: a version stored with them promised: so tokens can be turned on,
         #: or off, one worker at a time.
         self.sends = sends
+        #: Whether :meth:`after_dispatch` marks the checkpoints dispatched
+        #: (``dispatch="after_publish"``); else the caller does, once its
+        #: publication is final (:meth:`mark`), and retention waits for it.
+        self.marks = marks
 
     def carries(self, message_type: str) -> bool:
         """Whether an output of this type carries a token: to the handler's
@@ -231,8 +236,19 @@ class Tokens:
         others = [r for r in found if r.message_id in sending.checkpoints and r.row_key not in own]
         self._delete_garbage([*own.values(), *others], sending.checkpoints)
         undispatched = [m for m, c in sending.checkpoints.items() if not c.dispatched]
+        if not self.marks:
+            undispatched = []
         if undispatched or own:
             self.rows.finish(sending.partition, undispatched, list(own))
+
+    def mark(self, partition: Partition, message_ids: Sequence[str]) -> None:
+        """The caller's publication of these messages' outputs is final: their
+        checkpoints are marked dispatched (one query, then one transaction per
+        100 not marked yet; ids without a checkpoint are skipped)."""
+        stored = self.rows.checkpoints(partition)
+        undispatched = [m for m in message_ids if m in stored and not stored[m].dispatched]
+        if undispatched:
+            self.rows.finish(partition, undispatched, [])
 
     def _own(self, attempts: Iterable[Attempt]) -> dict[str, Registration]:
         """The registrations of these attempts, by row key."""

@@ -40,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from .._input import INPUT_SCHEMA, LINE_OPTIONS, json_schema, messages_of
+from .._input import HEADERS_COLUMN, INPUT_SCHEMA, LINE_OPTIONS, json_schema, messages_of
 from ._checkpoint import FORMATS, INPUT, Checkpoint, Unreadable
 from ._failures import OUTAGE, failure_reason, whole_text
 from ._fs import exists, glob_escaped, listed, local, shown
@@ -142,9 +142,10 @@ class FileIntake:
                 f"{FORMATS[self.input_format]}: a checkpoint's input is fixed for its life {how}"
             )
         if self.input_format == "json":
-            # The columns, not their order: --order-by and --sent-at may swap theirs.
-            before = set(kept.fieldNames())
-            now = set(json_schema(self.order_by, self.sent_at).fieldNames())
+            # The columns, not their order: --order-by and --sent-at may swap
+            # theirs. Headers are read whatever was recorded (before they were).
+            before = set(kept.fieldNames()) - {HEADERS_COLUMN}
+            now = set(json_schema(self.order_by, self.sent_at).fieldNames()) - {HEADERS_COLUMN}
             if before != now:
                 change = "; ".join(
                     [f"column {c!r} is new" for c in sorted(now - before)]

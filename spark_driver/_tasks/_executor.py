@@ -137,6 +137,8 @@ def _processor(settings: JobSettings) -> Processor[Any]:
         compression=settings.compression,
         max_batch=settings.batch_size,
         trace_context=settings.trace_context,
+        # The checkpoints too are marked by the driver, after the commit.
+        tokens=settings.tokens,
     )
 
 

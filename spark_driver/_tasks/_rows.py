@@ -15,6 +15,7 @@ __all__ = ["body_json", "parse_row", "raw_input"]
 # and the first text column that is not UTF-8 with its bytes.
 _RAW: Final = "_raw"
 _SENT_AT: Final = "_sent_at"
+_HEADERS: Final = "_headers"
 _NOT_UTF8: Final = "_not_utf8"
 _NOT_UTF8_BYTES: Final = "_not_utf8_bytes"
 #: A queue message's text (the queue source): the message is read from it,
@@ -23,7 +24,7 @@ _QUEUE_TEXT: Final = "_queue_text"
 UNPARSEABLE_LINE: Final = (
     "unparseable line: not a JSON object, or one nested too deep for Spark's JSON reader"
 )
-_SHOWN: Final = {_RAW: "the line", _SENT_AT: "the sent time"}
+_SHOWN: Final = {_RAW: "the line", _SENT_AT: "the sent time", _HEADERS: "the headers"}
 #: A JSON string (with its escapes), or one bracket: what nesting is counted on.
 _JSON_TOKENS: Final = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
@@ -70,8 +71,13 @@ def raw_input(row: Any) -> str:
     if line is not None:
         return line
     fields = {name: row[name] for name in ("message_id", "key", "type", "body")}
+    headers = _field(row, _HEADERS)
+    if headers is not None:  # as read: a dead letter for its headers keeps them to fix
+        fields["headers"] = headers
     if bad is not None and bad[0] in fields:
         fields[bad[0]] = bad[1]
+    if bad is not None and bad[0] == _HEADERS:
+        fields["headers"] = bad[1]
     return json.dumps(json_data(fields), sort_keys=True)
 
 
@@ -123,13 +129,33 @@ def parse_row(
         )  # fmt: skip
     else:
         parsed, reason = _body(body)
-        if reason is not None:
-            return None, reason
-        admitted = admit(message_id, key, type_, parsed, accepts=handler_accepts, sent_at=where,
-                         handler=handler)  # fmt: skip
+        headers, refused = _headers(_field(row, _HEADERS))
+        if reason is not None or refused is not None:
+            return None, reason or refused
+        admitted = admit(message_id, key, type_, parsed, headers, accepts=handler_accepts,
+                         sent_at=where, handler=handler)  # fmt: skip
     if isinstance(admitted, Refused):
         return None, admitted.reason
     return admitted, None
+
+
+def _headers(text: Any) -> tuple[dict[str, str], str | None]:
+    """A row's headers (JSON text: an object of strings; null: none), or why not."""
+    if text is None:
+        return {}, None
+    shown = str(text) if len(str(text)) <= 200 else str(text)[:200] + "..."
+    if json_nests_deeper(str(text)):
+        return {}, f"headers nest deeper than {MAX_NESTING} levels: {shown!r}"
+    try:
+        headers = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return {}, f"unparseable headers {shown!r}: {exc}"
+    if not isinstance(headers, dict):
+        return {}, f"headers {shown!r} are not a JSON object"
+    wrong = next(((k, v) for k, v in headers.items() if not isinstance(v, str)), None)
+    if wrong is not None:
+        return {}, f"header {wrong[0]!r} is {json.dumps(wrong[1])[:80]}, not a string"
+    return headers, None
 
 
 def _body(body: Any) -> tuple[Any, str | None]:
