@@ -24,11 +24,11 @@ from spark_driver import JobSettings
 from spark_driver._queues._sink import OutputRoute
 from spark_driver._tasks import _telemetry
 from tests.helpers import drain
-from tests.metrics import _install as metrics_installed
+from tests.metrics import install as metrics_installed
 from tests.otlp import Received, receiving
 from tests.spark.test_pipeline import client
 from tests.spark.test_queue_source import needs_pyspark_4, queues, send  # noqa: F401 (fixture)
-from tests.tracing import _install as tracing_installed
+from tests.tracing import install as tracing_installed
 
 
 @pytest.fixture
