@@ -83,14 +83,6 @@ def test_without_an_sdk_a_record_says_no_trace(kept: _Kept) -> None:
     assert _ids(record) == ("0", "0", False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a message without a traceparent has each of its spans (receive, process, abandon, "
-    "poison, delete) start a trace of its own, so the consumer's WARNING for it is in another "
-    "trace than its processing and its handler's lines; one trace per message received needs "
-    "the consumer to carry its receive's context: a design change (docs say the current "
-    "context stands)",
-)
 def test_the_warning_for_a_failing_message_sent_untraced_is_in_its_processing_s_trace(
     table: TableClient, queue: QueueClient, spans: InMemorySpanExporter, kept: _Kept
 ) -> None:
