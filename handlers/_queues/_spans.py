@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Span, SpanKind, get_current_span
 
 from .._messages._message import Message
 from .._messages._tracing import TraceContext, carrying, context_of, message_span
@@ -38,6 +38,7 @@ def received(
     in ns since the epoch) to its admission. A message that carries no trace
     context is given its receive's (as its parent: ``"parent"``), so that its
     processing, its settling and their log lines are one trace."""
+    around = get_current_span().get_span_context()
     with message_span(
         f"receive {queue}",
         message,
@@ -49,7 +50,9 @@ def received(
         pass
     if trace_context != "parent" or context_of(message) is not None:
         return message
-    return carrying(message, span)
+    # The API alone makes no span: it hands back the context current here (an
+    # application's, read from a request of its own), and adds no header.
+    return carrying(message, span) if span.get_span_context() != around else message
 
 
 @contextmanager
