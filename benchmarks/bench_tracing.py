@@ -43,9 +43,9 @@ from handlers import InMemoryPublisher, Message, Processor
 from handlers._outcome import Step
 from handlers.examples import shooting_range
 from streamstone_py import WireTableClient
-from tests.metrics import _install as install_meters
+from tests.metrics import install as install_meters
 from tests.otlp import Received, receiving
-from tests.tracing import _install as install_tracer
+from tests.tracing import install as install_tracer
 
 PER_KEY = 20
 

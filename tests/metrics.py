@@ -14,10 +14,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.util._once import Once
 
-__all__ = ["measuring", "points", "texts_of_metrics"]
+__all__ = ["install", "measuring", "points", "texts_of_metrics"]
 
 
-def _install(provider: MeterProvider | None) -> None:
+def install(provider: MeterProvider | None) -> None:
+    """The global provider, which the API sets once per process: replaced here."""
     api._METER_PROVIDER_SET_ONCE = Once()
     api._METER_PROVIDER = provider
 
@@ -26,12 +27,12 @@ def _install(provider: MeterProvider | None) -> None:
 def measuring() -> Iterator[InMemoryMetricReader]:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    _install(provider)
+    install(provider)
     try:
         yield reader
     finally:
         provider.shutdown()
-        _install(None)
+        install(None)
 
 
 def _collected(reader: InMemoryMetricReader) -> list[tuple[str, str, Any]]:

@@ -81,3 +81,20 @@ def test_without_an_sdk_a_record_says_no_trace(kept: _Kept) -> None:
 
     (record,) = kept.records
     assert _ids(record) == ("0", "0", False)
+
+
+def test_the_warning_for_a_failing_message_sent_untraced_is_in_its_processing_s_trace(
+    table: TableClient, queue: QueueClient, spans: InMemorySpanExporter, kept: _Kept
+) -> None:
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    send(queue, add(1, key, 2, "Broken"))  # no trace headers: its sender does not trace
+    consumer = QueueConsumer(Processor(tally, table, InMemoryPublisher()), queue,
+                             max_dequeue_count=1, backoff=timedelta(0))  # fmt: skip
+
+    consumer.run(until_empty=True)
+
+    traces = {s.name.split()[0]: s.context.trace_id for s in spans.get_finished_spans()}
+    (line,) = [r for r in kept.records if r.levelno >= logging.WARNING]
+    assert line.getMessage().split()[0] == "poisoned"
+    assert _ids(line)[0] == f"{traces['process']:032x}"
+    assert traces["receive"] == traces["process"] == traces["poison"]

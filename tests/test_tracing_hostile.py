@@ -6,9 +6,11 @@ and an output never changed, for how it travelled."""
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from azure.data.tables import TableClient, UpdateMode
 from azure.storage.queue import QueueClient, QueueServiceClient
@@ -186,6 +188,19 @@ _ODD = {
 }
 
 
+def _receives(spans: InMemorySpanExporter) -> dict[str, tuple[int, int] | None]:
+    """The (trace id, span id) of each message's receive span, by message id."""
+    return {
+        str(dict(s.attributes or {})["messaging.message.id"]): _ids(s.context)
+        for s in spans.get_finished_spans()
+        if s.name.startswith("receive ")
+    }
+
+
+def _ids(context: Any) -> tuple[int, int] | None:
+    return None if context is None else (context.trace_id, context.span_id)
+
+
 def test_trace_headers_that_do_not_read_never_stop_a_message(
     table: TableClient, queue: QueueClient, queues: QueueServiceClient, spans: InMemorySpanExporter
 ) -> None:
@@ -211,13 +226,58 @@ def test_trace_headers_that_do_not_read_never_stop_a_message(
         assert sorted(output.headers) in (["traceparent"], ["traceparent", "tracestate"])
         assert _TRACEPARENT.fullmatch(output.headers["traceparent"]), output.headers
     parents = {
-        dict(s.attributes or {})["messaging.message.id"]: s.parent
+        str(dict(s.attributes or {})["messaging.message.id"]): s.parent
         for s in spans.get_finished_spans()
         if s.name == "process Tally"
     }
-    assert {f"m-{name}" for name in _UNREADABLE if parents[f"m-{name}"] is None} == {
-        f"m-{name}" for name in _UNREADABLE
-    }
+    # No parent read from them: each is processed in its own receive's trace.
+    receives = _receives(spans)
+    mine = {m for m in parents if _ids(parents[m]) == receives[m]}
+    assert mine == {f"m-{n}" for n in _UNREADABLE}
     for name in ("dup-keys", "long-value"):  # a tracestate that does not read is left behind
         (output,) = [o for o in publisher.deliveries if o.key == sent[name].key]
         assert "tracestate" not in output.headers
+
+
+def test_trace_headers_that_are_not_text_never_shelve_a_message(
+    table: TableClient, queue: QueueClient, queues: QueueServiceClient, spans: InMemorySpanExporter
+) -> None:
+    """JSON may carry what no header can hold: a lone surrogate (escaped), a
+    number, a null, a list. In a trace header that is how the message
+    travelled, not what it is: left behind, the message processed; in any
+    other header it is the message's, which is refused as before."""
+    traceparent, trace_id, _ = _traceparent()
+    tag = uuid.uuid4().hex[:6]
+    odd: dict[str, dict[str, object]] = {
+        "lone-parent": {"traceparent": "\ud800"},
+        "lone-state": {"traceparent": traceparent, "tracestate": "a=\udc00"},
+        "number": {"traceparent": 5, "tracestate": None},
+        "list": {"TraceParent": [traceparent], "other": "kept"},
+        "lone-other": {"traceparent": traceparent, "other": "\ud800"},
+    }
+    for name, headers in odd.items():
+        envelope = {"id": f"m-{name}", "key": f"{tag}-{name}", "type": "Add", "body": {"n": 2},
+                    "headers": headers}  # fmt: skip
+        queue.send_message(json.dumps(envelope))  # escaped: \ud800 as JSON writes it
+    processor = Processor(tally, table, InMemoryPublisher())
+    consumer = QueueConsumer(processor, queue, max_dequeue_count=1, backoff=timedelta(0))
+
+    stats = consumer.run(until_empty=True)
+
+    assert (stats.received, stats.completed, stats.poisoned) == (5, 4, 1)
+    assert [e.reason for e in poison_of(queues, queue)] == [
+        "not a message envelope: message header 'other' is not UTF-8 text (surrogates not allowed)"
+    ]
+    kept = [n for n in odd if n != "lone-other"]
+    assert states(processor, *[f"{tag}-{n}" for n in kept]) == {
+        f"{tag}-{n}": (1, Tally(2, [f"m-{n}"])) for n in kept
+    }
+    processed = {
+        str(dict(s.attributes or {})["messaging.message.id"]): s
+        for s in spans.get_finished_spans()
+        if s.name == "process Tally"
+    }
+    assert sorted(processed) == sorted(f"m-{n}" for n in kept)
+    receives = _receives(spans)
+    (sender_s,) = [m for m, s in processed.items() if _ids(s.parent) != receives[m]]
+    assert (sender_s, processed[sender_s].context.trace_id) == ("m-lone-state", trace_id)

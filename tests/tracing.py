@@ -15,10 +15,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
-__all__ = ["recording", "texts_of"]
+__all__ = ["install", "recording", "texts_of"]
 
 
-def _install(provider: TracerProvider | None) -> None:
+def install(provider: TracerProvider | None) -> None:
+    """The global provider, which the API sets once per process: replaced here."""
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace._TRACER_PROVIDER = provider
 
@@ -28,12 +29,12 @@ def recording() -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _install(provider)
+    install(provider)
     try:
         yield exporter
     finally:
         provider.shutdown()
-        _install(None)
+        install(None)
 
 
 def texts_of(spans: Iterable[ReadableSpan]) -> list[str]:

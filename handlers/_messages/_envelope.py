@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from ._codec import MAX_NESTING
-from ._message import Message
+from ._message import TRACE_HEADERS, Message
 
 __all__ = [
     "decode_envelope", "encode_envelope", "from_json_data", "json_data", "read_queue_text",
@@ -138,6 +138,30 @@ def _time(envelope: dict[str, Any], name: str) -> datetime | None:
         raise ValueError(f"{name} {text[:60]!r} is not an ISO-8601 time") from None
 
 
+def _text(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, which JSON text may carry
+        return False
+    return True
+
+
+def _headers(headers: Any) -> Any:
+    """An envelope's headers without the trace headers that are not text (a
+    number, a lone surrogate): they tell how it travelled, not what it is, so
+    they never shelve it; whatever else is wrong with the headers is the
+    message's, refused by :class:`Message`."""
+    if not isinstance(headers, dict):
+        return headers
+    return {
+        k: v
+        for k, v in headers.items()
+        if not (isinstance(k, str) and k.lower() in TRACE_HEADERS and not _text(v))
+    }
+
+
 def _message(text: str, default_id: str | None) -> Message:
     envelope = _loads(text)
     if not isinstance(envelope, dict):
@@ -153,7 +177,7 @@ def _message(text: str, default_id: str | None) -> Message:
         envelope["key"],
         envelope["type"],
         from_json_data(body) if _may_hold_markers(text) else body,
-        envelope.get("headers") or {},
+        _headers(envelope.get("headers") or {}),
         _time(envelope, "due"),
         _time(envelope, "produced"),
     )

@@ -244,8 +244,8 @@ class QueueConsumer:
             self._renewal.hold(held)
             message = self._admit(held, queue_message, text)
             if message is not None:
-                _spans.received(self.queue.queue_name, held, message, started,
-                                self.processor.trace_context)  # fmt: skip
+                message = _spans.received(self.queue.queue_name, held, message, started,
+                                          self.processor.trace_context)  # fmt: skip
                 by_key.setdefault(message.key, []).append((held, message))
         try:
             futures = [pool.submit(self._key, key, items) for key, items in by_key.items()]

@@ -274,7 +274,8 @@ class Settler:
             self.report("released", held, message, why)
         with held.lock:
             held.done = True
-            if held.lost is not None:
+            if held.lost is not None:  # a renewal was refused: counted as the message goes
+                self.count(lost_locks=1)
                 return
             try:
                 self.queue.update_message(held.id, held.pop_receipt, visibility_timeout=seconds)

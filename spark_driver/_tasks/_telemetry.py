@@ -23,6 +23,7 @@ import importlib
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
@@ -30,6 +31,8 @@ from typing import Any, Final
 from opentelemetry import metrics, trace
 
 from handlers._messages._metrics import PerProvider
+
+from ._export_health import Health, watched_metrics, watched_spans
 
 __all__ = ["configure", "counted", "flush", "wanted"]
 
@@ -45,6 +48,8 @@ _PROTOCOL: Final = "http/protobuf"
 _FLUSH_MILLIS: Final = 10_000
 
 _lock = threading.Lock()
+#: Whether this process's OTLP exports reach the collector.
+_health = Health()
 #: What this process set up: the providers to flush at each task's end.
 _providers: list[Any] = []
 
@@ -135,14 +140,20 @@ def _set_up(traces: list[str], measures: list[str]) -> list[Any]:
     if traces:
         tracer_provider = TracerProvider(resource=resource)
         for name in traces:
-            exporter = OTLPSpanExporter() if name == "otlp" else ConsoleSpanExporter()
+            exporter = (
+                watched_spans(OTLPSpanExporter(), _health)
+                if name == "otlp"
+                else ConsoleSpanExporter()
+            )
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(tracer_provider)
         made.append(tracer_provider)
     if measures:
         readers = [
             PeriodicExportingMetricReader(
-                OTLPMetricExporter() if name == "otlp" else ConsoleMetricExporter()
+                watched_metrics(OTLPMetricExporter(), _health)
+                if name == "otlp"
+                else ConsoleMetricExporter()
             )
             for name in measures
         ]
@@ -157,9 +168,14 @@ def _set_up(traces: list[str], measures: list[str]) -> list[Any]:
 
 def flush() -> None:
     """Send what this process recorded (at a task's end: a Python worker may
-    be ended without notice once idle, its batches unsent)."""
+    be ended without notice once idle, its batches unsent), within one
+    deadline; not while the collector is down (see ``_export_health``)."""
+    deadline = time.monotonic() + _FLUSH_MILLIS / 1000
     for provider in list(_providers):
-        provider.force_flush(_FLUSH_MILLIS)
+        left = deadline - time.monotonic()
+        if _health.down() or left <= 0:
+            return
+        provider.force_flush(int(left * 1000))
 
 
 def _counter(meter: metrics.Meter) -> metrics.Counter:

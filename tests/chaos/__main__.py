@@ -71,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hostile", type=float, default=0.02, help="queue mode: share of texts that are hostile"
     )
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="broker mode: the OpenTelemetry SDK behind every worker, each delivery in its own "
+        "trace (outputs are compared without their trace headers)",
+    )
     args = parser.parse_args(argv)
     if args.mode == "tokens":
         tokens_config = TokenChaosConfig(
@@ -110,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         transport=args.transport,
         evolve_at=args.evolve_at,
         settle=args.settle,
+        tracing=args.tracing,
     )
     report = run(config)
     print(report.table())

@@ -64,6 +64,7 @@ from streamstone_py import Partition, RetryPolicy, Stream, StreamstoneError, joi
 from .injector import DEFAULT_RATES, KINDS
 from .ledger import HANDLER, TYPES, ledger_v2, shared
 from .oracle import HANDLER_FAILED, Fates, StoredKey, check
+from .tracing import delivered, traced
 from .worker import WorkerConfig, work
 
 TABLE = "chaos"
@@ -115,6 +116,8 @@ class ChaosConfig:
     evolve_at: float | None = 0.5  # share of the run after which ledger_v2 processes
     #: The workers' runner: "wire" (the default), "sdk", or "mixed" (by worker).
     transport: str = "wire"
+    #: The OpenTelemetry SDK behind every worker, each delivery in a trace of its own.
+    tracing: bool = False
 
     def __post_init__(self) -> None:
         if self.threads < 0 or self.processes < 0 or self.threads + self.processes < 1:
@@ -145,6 +148,7 @@ class Report:
     conflicts: int = 0
     ambiguous: Counter[str] = field(default_factory=Counter)
     outputs_published: int = 0
+    outputs_traced: int = 0  # published with a traceparent header
     long_chunks: int = 0
     splits: int = 0
     retains: int = 0
@@ -197,6 +201,7 @@ class Report:
                 for k, v in sorted(self.ambiguous.items())
             ),
             ("outputs published (repeats included)", f"{self.outputs_published:,}"),
+            ("outputs carrying a traceparent", f"{self.outputs_traced:,}"),
             ("long chunks (one key)", f"{self.long_chunks:,} (up to {c.long_max} messages)"),
             ("split writes (> 99 rows)", f"{self.splits:,}"),
             ("retains", f"{self.retains:,} ({self.retained_versions:,} versions removed)"),
@@ -341,6 +346,7 @@ class _Coordinator:
         self.delivery = 0
         self.chunk = 0
         self.spawn = multiprocessing.get_context("spawn")
+        self.traces = random.Random(f"traces/{config.seed}")
         workers = range(config.threads + config.processes)
         self.handles = [_Handle(w, process=w >= config.threads) for w in workers]
         self.restarter: threading.Thread | None = None
@@ -366,6 +372,7 @@ class _Coordinator:
             rates=self.config.rates,
             hard_share=self.config.hard_share if handle.process else 0.0,
             transport=_transport_of(self.config.transport, handle.worker),
+            tracing=self.config.tracing and handle.process,
         )
         inbox, handle.send = multiprocessing.Pipe(duplex=False)
         handle.recv, outbox = multiprocessing.Pipe(duplex=False)
@@ -397,6 +404,8 @@ class _Coordinator:
         for message in messages:
             self.delivery += 1
             handle.inflight[self.delivery] = message
+            if self.config.tracing:
+                message = delivered(message, self.traces)
             task.append((self.delivery, message.encode()))
         self.report.deliveries += len(task)
         assert handle.send is not None
@@ -769,7 +778,11 @@ def _azurite() -> Iterator[AzuriteTable]:
 
 def run(config: ChaosConfig) -> Report:
     """One chaos run against its own Azurite (on disk, so it survives restarts)."""
-    with _azurite() as azurite, tempfile.TemporaryDirectory(prefix="chaos-out-") as out:
+    with (
+        _azurite() as azurite,
+        tempfile.TemporaryDirectory(prefix="chaos-out-") as out,
+        traced(config.tracing),
+    ):
         TableServiceClient.from_connection_string(azurite.connection_string).create_table(TABLE)
         coordinator = _Coordinator(config, azurite, out)
         report = coordinator.run()
@@ -777,6 +790,7 @@ def run(config: ChaosConfig) -> Report:
         coordinator.plain.close()
         published = publications(out)
         report.outputs_published = len(published)
+        report.outputs_traced = sum("traceparent" in Message.decode(p).headers for p in published)
         report.given_up = len(coordinator.fates.given_up)
         with TableClient.from_connection_string(azurite.connection_string, TABLE) as table:
             stored = read_back(table, coordinator.log.keys, coordinator.seen)

@@ -25,6 +25,7 @@ from typing import Any
 
 from azure.core.exceptions import AzureError
 from azure.data.tables import TableClient
+from opentelemetry.sdk.trace import TracerProvider
 
 from handlers import HeaderCache, Message, NonDeterministicHandlerError, Outcome, Processor
 from handlers._messages._codec import unpack
@@ -41,6 +42,7 @@ from .injector import (
     Injector,
 )
 from .ledger import HANDLER, VERSIONS, hooks
+from .tracing import install
 
 #: Short pauses: the faults are frequent, and an Azurite restart takes a second or two.
 RETRY = RetryPolicy(attempts=8, initial_delay=0.02, max_delay=0.5, total_time=15.0)
@@ -57,6 +59,7 @@ class WorkerConfig:
     rates: dict[str, float] = field(default_factory=dict)
     hard_share: float = 0.0  # share of crashes that exit the process (process workers)
     transport: str = "wire"  # the engine's runner: "wire" or "sdk"
+    tracing: bool = False  # a process worker's own SDK (threads share the coordinator's)
 
 
 def strategy_of(key: str) -> StrategyName:
@@ -307,6 +310,8 @@ def _acks(
 
 def work(config: WorkerConfig, inbox: Connection, outbox: Connection) -> None:
     """The worker loop: until the coordinator sends ``None``."""
+    if config.tracing:
+        install(TracerProvider())
     worker = _Worker(config, outbox)
     try:
         while (task := inbox.recv()) is not None:

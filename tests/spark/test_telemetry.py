@@ -10,6 +10,7 @@ import base64
 import os
 import re
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,13 +23,14 @@ from pyspark.sql import SparkSession
 from handlers import Message, decode_envelope, encode_envelope
 from spark_driver import JobSettings
 from spark_driver._queues._sink import OutputRoute
-from spark_driver._tasks import _telemetry
+from spark_driver._tasks import _export_health, _telemetry
+from spark_driver._tasks._export_health import Health
 from tests.helpers import drain
-from tests.metrics import _install as metrics_installed
+from tests.metrics import install as metrics_installed
 from tests.otlp import Received, receiving
 from tests.spark.test_pipeline import client
 from tests.spark.test_queue_source import needs_pyspark_4, queues, send  # noqa: F401 (fixture)
-from tests.tracing import _install as tracing_installed
+from tests.tracing import install as tracing_installed
 
 
 @pytest.fixture
@@ -121,6 +123,7 @@ def driver_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     job set up is shut down and taken back after it."""
     for name in [n for n in os.environ if n.startswith("OTEL_")]:
         monkeypatch.delenv(name)
+    monkeypatch.setattr(_telemetry, "_health", Health())
     try:
         yield monkeypatch
     finally:
@@ -194,3 +197,25 @@ def test_the_command_says_which_package_is_missing_when_otel_variables_are_set(
         "'opentelemetry.exporter.otlp.proto.http'): install streamstone-py[otel], or unset the "
         "OTEL_ variables\n"
     )
+
+
+def test_a_collector_that_is_down_costs_a_worker_one_timeout_not_one_per_task(
+    driver_env: pytest.MonkeyPatch,
+) -> None:
+    driver_env.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")  # nothing listens
+    driver_env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
+    driver_env.setenv("OTEL_METRIC_EXPORT_INTERVAL", "3600000")
+    assert _telemetry.configure() is True
+    started = time.monotonic()
+    for _ in range(2):  # two tasks of one worker, each with its span and outcome
+        with trace.get_tracer("tests").start_as_current_span("a task"):
+            _telemetry.counted(["completed"], **{"streamstone.handler": "Tally"})
+        _telemetry.flush()
+    assert time.monotonic() - started < 2 + 1
+    # A quiet period, not for good: once it is over, a task's end waits again.
+    driver_env.setattr(_export_health, "QUIET_SECONDS", 0.0)
+    with trace.get_tracer("tests").start_as_current_span("a task"):
+        pass
+    started = time.monotonic()
+    _telemetry.flush()
+    assert time.monotonic() - started > 0.5  # it tried the collector again
