@@ -4,6 +4,7 @@ large batches of token messages, and the poison shelf's send-back."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,9 @@ from typing import Any
 import pytest
 from azure.data.tables import TableClient
 
+from azurite.proxy import Action, Proxy, Request
 from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
+from streamstone_py import WireTableClient
 from tests.tokening import Crash, token_rows
 
 
@@ -131,3 +134,40 @@ def test_150_transfers_to_150_keys_credit_each_once_whatever_the_chunks(
     sender.retain(a, keep_last=0)
     assert receiver.current_state(a).state.balance == 0
     assert token_rows(table, a) == {}
+
+
+@pytest.mark.parametrize("action", ["drop", "behead", "throttle"])
+def test_a_lost_answer_amid_a_split_write_of_credits_applies_each_once(
+    connection_string: str, table: TableClient, proxy: Proxy, game: str, action: Action
+) -> None:
+    """70 credits to one key: 3 transactions (33 token deletes each at most);
+    the second's answer is lost or throttled, and resolved in the write."""
+    a, b = f"{game}-a", f"{game}-b"
+    sent = InMemoryPublisher()
+    transfers = [Message(f"t-{i}", a, "Transfer", {"to": b, "amount": i}) for i in range(1, 71)]
+    Processor(wallets, table, sent, tokens=True).process_batch(a, transfers)
+    credits = [m for m in sent.deliveries if m.type == "Credit"]
+    hits = itertools.count()
+
+    def plan(request: Request) -> Action:
+        if b"$batch" in request.head and b"TK-" in request.body and next(hits) == 1:
+            return action
+        return "pass"
+
+    proxy.plan(plan)
+    through = WireTableClient.from_connection_string(
+        proxy.endpoint_of(connection_string), table.table_name
+    )
+    out = InMemoryPublisher()
+    receiver = Processor(wallets, through, out, tokens=True)
+    first = receiver.process_batch(b, credits)
+    again = receiver.process_batch(b, credits)
+    through.close()
+    assert next(hits) > 2, "the second transaction was never seen"
+    assert _kinds(first) == ["completed"] * 70
+    assert _kinds(again) == ["duplicate"] * 70
+    assert receiver.current_state(b).state.balance == sum(range(1, 71))
+    balances = [m.body["balance"] for m in out.deliveries if m.type == "Credited"]
+    running = [sum(range(1, i + 1)) for i in range(1, 71)]
+    assert balances == running * 2
+    assert token_rows(table, b) == {}
