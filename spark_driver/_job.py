@@ -96,11 +96,13 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
 def _mark_dispatched(written: dict[str, DataFrame], settings: JobSettings, partitions: int) -> None:
     """After the commit: the outbox outputs of settled messages are delivered;
     with tokens, the checkpoints of the messages whose outputs carry one are
-    marked (until then retention keeps those versions: a rerun re-sends them)."""
+    marked (until then retention keeps those versions: a rerun re-sends them).
+    Whatever ``--tokens`` says: a job with tokens off re-sends, with its
+    token, a duplicate stored by one with them on."""
     if settings.strategy == "outbox":
         outcomes = written["outcomes"]
         settled = outcomes.where(F.col("status").isin("completed", "duplicate"))
-    elif settings.tokens:
+    else:
         outputs = written["outputs"]
         settled = (
             outputs.where(F.col("headers").getItem(TOKEN_HEADER).isNotNull())
@@ -109,8 +111,6 @@ def _mark_dispatched(written: dict[str, DataFrame], settings: JobSettings, parti
             )
             .distinct()
         )
-    else:
-        return
     job = settings
 
     def mark(rows: Any) -> None:

@@ -325,6 +325,8 @@ def _process_keys(rows: Iterable[Any], settings: JobSettings) -> Iterator[tuple[
 
 def mark_partition(rows: Iterable[Any], settings: JobSettings) -> None:
     """Mark the outbox outputs of committed outcomes dispatched (rows grouped by key)."""
-    processor = _processor(settings)
+    processor: Processor[Any] | None = None
     for key, group in itertools.groupby(rows, key=lambda r: r["key"]):
+        # Made on the first row: most partitions of a job without tokens have none.
+        processor = processor or _processor(settings)
         processor.mark_dispatched(key, [row["message_id"] for row in group])

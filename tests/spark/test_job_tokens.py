@@ -247,3 +247,29 @@ def test_a_credit_through_queues_keeps_its_token_and_a_late_copy_is_consumed(
     credits.send_message(text)  # the queue delivers it again, long after
     late = run(credits, 3)
     assert (late.processed, late.duplicates, balance(table_name, "acct-b")) == (0, 1, 32)
+
+
+def test_a_rerun_without_tokens_marks_the_checkpoints_it_sent_again(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    """A run with tokens stored the transfer and checkpointed its token, and
+    failed before its commit (the executor's processor, alone); the rerun,
+    tokens off, re-sends the credit with the checkpoint's id, and its commit
+    marks the checkpoint, so that retention can remove the version."""
+    table = client(table_name)
+    executor = Processor(accounts, table, InMemoryPublisher(), tokens=True, dispatch="by_caller")
+    executor.process(Message("t-1", "acct-a", "Transfer", {"to": "acct-b", "amount": 5}))
+    assert token_rows(table, "acct-a")[f"{H}|TC-t-1"]["Dispatched"] is False
+    rerun = write_jsonl(tmp_path / "in.jsonl", [transfer(1, "acct-a", "acct-b", 5)])
+    settings = JobSettings(table=table_name, handler="handlers.examples:accounts")
+    summary = run_batch(spark, rerun, str(tmp_path / "out"), settings, partitions=1)
+    assert summary.duplicates == 1
+    [credit] = [
+        r for r in rows_of(spark, str(tmp_path / "out" / "outputs")) if r["key"] == "acct-b"
+    ]
+    [token] = token_rows(table, "acct-a")[f"{H}|TC-t-1"]["Tokens"]
+    assert credit["headers"] == {"ss-token": f"{H}:{token}"}
+    assert token_rows(table, "acct-a")[f"{H}|TC-t-1"]["Dispatched"] is True
+    executor.process(Message("d-1", "acct-a", "Deposit", {"amount": 5}))
+    assert executor.retain("acct-a", keep_last=0) == 2
+    assert token_rows(table, "acct-a") == {}
