@@ -53,13 +53,14 @@ from ._queues._poison import PoisonQueue
 from ._queues._publisher import MAX_QUEUE_MESSAGE_BYTES, QueuePublisher, poison_name_refusal
 from ._queues._rounds import process_until_settled
 from ._reading import scan_keys, scan_states
-from ._store import StateStore, StoredVersion
+from ._store import TOKEN_HEADER, StateStore, StoredVersion
 
 __all__ = [
     "MAX_NESTING",
     "MAX_QUEUE_MESSAGE_BYTES",
     "MAX_SCHEDULE_DELAY",
     "QUEUE_NAME",
+    "TOKEN_HEADER",
     "Breaker",
     "ConsumerStats",
     "DuplicateOutsideWindowError",

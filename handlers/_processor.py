@@ -275,6 +275,7 @@ class Processor(KeyReader[S]):
                 self.store.mark_dispatched(partition, dispatched)
             if sending is not None:
                 tokens.after_dispatch(sending)
+            tokens.published(partition, plan, sending)
         except Exception as exc:  # in doubt: some outputs may be out; redelivery republishes
             return self._finish(messages, plan, exc)
         return self._finish(messages, plan, None)

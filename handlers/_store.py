@@ -79,6 +79,10 @@ REGISTRATION_PREFIX: Final = "TR-"
 TOKEN_OUTPUTS: Final = "TokenOutputs"
 #: The header an output carries its token id in.
 TOKEN_HEADER: Final = "ss-token"
+#: The event property of a version that consumed a token and has outputs
+#: (none carrying one): its checkpoint, written with it, holds retention
+#: until they went out, since a copy of its message finds no token.
+AWAITS_DISPATCH: Final = "AwaitsDispatch"
 
 
 #: How an outbox row is changed after it was written.
@@ -100,6 +104,8 @@ class StoredVersion:
     records: tuple[str, ...] = ()
     #: How many of its outputs carry tokens (their checkpoint outlives nothing).
     tokens: int = 0
+    #: It consumed a token and its outputs (carrying none) have a checkpoint.
+    awaits: bool = False
 
     @classmethod
     def from_event(cls, event: RecordedEvent) -> StoredVersion:
@@ -125,6 +131,7 @@ class StoredVersion:
             id_scheme=id_scheme,
             records=tuple(unpack(records)) if isinstance(records, bytes) else (),
             tokens=tokens if isinstance(tokens, int) else 0,
+            awaits=props.get(AWAITS_DISPATCH) is True,
         )
 
 

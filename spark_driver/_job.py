@@ -16,17 +16,16 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from handlers import TOKEN_HEADER
+
 from ._files._fs import delete, shown
 from ._files._landing import dead_letters, left_out
 from ._input import input_order, message_columns, read_messages
 from ._settings import JobSettings
 from ._summary import JobResult, Summary
-from ._tasks._executor import RESULT_SCHEMA, mark_partition, process_partition
+from ._tasks._executor import OUTCOME, RESULT_SCHEMA, mark_partition, process_partition
 
 __all__ = ["process_messages", "run_batch", "write_result"]
-
-#: The header an output's token travels in (``{handler}:{token id}``).
-TOKEN_HEADER = "ss-token"
 
 _log = logging.getLogger(__name__)
 
@@ -86,14 +85,16 @@ def write_result(result: JobResult, output: str, output_format: str) -> Summary:
         name: spark.read.schema(frame.schema).format(output_format).load(f"{output}/{name}")
         for name, frame in parts.items()
     }
-    _mark_dispatched(written, result.settings, result.partitions)
+    _mark_dispatched(written, result.results, result.settings, result.partitions)
     summary = Summary.of(written["outcomes"], written["outputs"], result.results)
     marker = spark.createDataFrame([summary.figures()])
     marker.coalesce(1).write.mode("overwrite").json(f"{output}/summary")
     return summary
 
 
-def _mark_dispatched(written: dict[str, DataFrame], settings: JobSettings, partitions: int) -> None:
+def _mark_dispatched(
+    written: dict[str, DataFrame], results: DataFrame, settings: JobSettings, partitions: int
+) -> None:
     """After the commit: the outbox outputs of settled messages are delivered;
     with tokens, the checkpoints of the messages whose outputs carry one are
     marked (until then retention keeps those versions: a rerun re-sends them).
@@ -104,10 +105,26 @@ def _mark_dispatched(written: dict[str, DataFrame], settings: JobSettings, parti
         settled = outcomes.where(F.col("status").isin("completed", "duplicate"))
     else:
         outputs = written["outputs"]
+        sources = outputs.select(
+            F.col("source_key").alias("key"),
+            F.col("source_message_id").alias("message_id"),
+            F.col("headers").getItem(TOKEN_HEADER).isNotNull().alias("carry"),
+        )
+        # And the messages that consumed a token and have outputs: their
+        # versions await them (see handlers' AWAITS_DISPATCH).
+        consumed = (
+            results.where(F.col("kind") == OUTCOME)
+            .where(F.col("status").isin("completed", "duplicate"))
+            .where(F.col("headers").getItem(TOKEN_HEADER).isNotNull())
+            .select("key", "message_id")
+        )
         settled = (
-            outputs.where(F.col("headers").getItem(TOKEN_HEADER).isNotNull())
-            .select(
-                F.col("source_key").alias("key"), F.col("source_message_id").alias("message_id")
+            sources.where("carry")
+            .select("key", "message_id")
+            .unionByName(
+                sources.select("key", "message_id").join(
+                    consumed, ["key", "message_id"], "left_semi"
+                )
             )
             .distinct()
         )

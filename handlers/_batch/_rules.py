@@ -18,6 +18,7 @@ from .._messages._codec import pack
 from .._messages._message import Message, outputs_digest
 from .._outcome import LateDuplicates, Step
 from .._store import (
+    AWAITS_DISPATCH,
     ID_SCHEME,
     RECORDS,
     STATE,
@@ -132,6 +133,18 @@ class Rules:
         if tokens is not None and tokens.sends and tokens.count(context.outputs):
             properties[TOKEN_OUTPUTS] = tokens.count(context.outputs)
             tokens.check(message, context.outputs)
+        # A copy of a token message finds no token: only its kept version can
+        # send its outputs again, so retention must wait until they went out
+        # (the outbox keeps them in its rows; a sender's checkpoint does so).
+        awaits = (
+            tokens is not None
+            and token is not None
+            and bool(context.outputs)
+            and TOKEN_OUTPUTS not in properties
+            and self.strategy.name == "state"
+        )
+        if awaits:
+            properties[AWAITS_DISPATCH] = True
         store = self.strategy.store
         event = EventData(
             id=message.id,
@@ -140,6 +153,7 @@ class Rules:
                 *self.strategy.includes(message.id, encoded_outputs, context.now()),
                 *(store.record_include(d, r) for d, r in records),
                 *([tokens.consume(token)] if tokens is not None and token is not None else []),
+                *([tokens.rows.awaiting(message.id)] if tokens is not None and awaits else []),
             ],
             stream_properties={**header, **split_binary(STATE, stored)},
         )

@@ -27,7 +27,16 @@ from typing import Any, TypeVar
 
 from azure.data.tables import TableTransactionError
 
-from streamstone_py import Partition, Row, TableOperation, check_row, query_rows, read_row, submit
+from streamstone_py import (
+    Include,
+    Partition,
+    Row,
+    TableOperation,
+    check_row,
+    query_rows,
+    read_row,
+    submit,
+)
 
 from .._messages._codec import pack
 from .._publish import transactions
@@ -87,6 +96,14 @@ class TokenRows:
         """Whether the token is still in ``key``'s partition (one point read)."""
         row_key = self.store.token_row_key(token)
         return read_row(self.store.table, key, row_key, retry=self.store.retry) is not None
+
+    def awaiting(self, message_id: str) -> Include:
+        """The checkpoint of a version that consumed a token and has outputs,
+        written with it: no token ids, not dispatched (a stale one of an
+        earlier life of the message is replaced)."""
+        row_key = self.checkpoint_row_key(message_id)
+        entity = {"RowKey": row_key, "Tokens": pack([]), "Dispatched": False}
+        return Include.insert_or_replace(entity)
 
     def registration(self, partition_key: str, attempt: Attempt) -> dict[str, Any]:
         return {

@@ -47,7 +47,7 @@ from .._store import TOKEN_HEADER, StoredVersion
 from ._token_records import Attempt, Checkpoint, Registration, Retained, Target
 from ._token_rows import TokenRows
 
-__all__ = ["PLACEHOLDER", "Sending", "Tokens", "consumed_token"]
+__all__ = ["PLACEHOLDER", "Sending", "Tokens"]
 
 _log = logging.getLogger(__name__)
 
@@ -134,6 +134,15 @@ class Tokens:
         self.rows.check(message.key, Attempt(message.id, PLACEHOLDER, targets))
 
     # --- the receiver -----------------------------------------------------------------
+
+    def consumed(self, messages: Sequence[Message], row_key: str) -> Message | None:
+        """The message whose token a refused write could not delete (already
+        consumed), if that is what failed."""
+        for message in messages:
+            token = self.token_in(message)
+            if token is not None and self.rows.store.token_row_key(token) == row_key:
+                return message
+        return None
 
     def consume(self, token: str) -> Include:
         """The token's removal, written in the transaction that stores the
@@ -241,14 +250,38 @@ class Tokens:
         if undispatched or own:
             self.rows.finish(sending.partition, undispatched, list(own))
 
+    def published(self, partition: Partition, plan: Plan, sending: Sending | None) -> None:
+        """The outputs went out: the checkpoints of the versions that consumed
+        a token and awaited the dispatch of their own outputs are deleted (one
+        transaction per 100; those already gone skipped), so retention may
+        remove those versions."""
+        if not self.marks:
+            return
+        sent = sending.checkpoints if sending is not None else {}
+        ids = [
+            step.message.id
+            for step in plan.steps
+            if step.status in ("completed", "duplicate")
+            and step.outputs
+            and step.message.id not in sent
+            and self.token_in(step.message) is not None
+        ]
+        if ids:
+            self.rows.sweep(partition, ids)
+
     def mark(self, partition: Partition, message_ids: Sequence[str]) -> None:
         """The caller's publication of these messages' outputs is final: their
         checkpoints are marked dispatched (one query, then one transaction per
         100 not marked yet; ids without a checkpoint are skipped)."""
         stored = self.rows.checkpoints(partition)
-        undispatched = [m for m in message_ids if m in stored and not stored[m].dispatched]
+        found = [m for m in message_ids if m in stored]
+        # One without token ids awaited its version's own outputs: it goes.
+        awaited = [m for m in found if not stored[m].tokens]
+        undispatched = [m for m in found if stored[m].tokens and not stored[m].dispatched]
         if undispatched:
             self.rows.finish(partition, undispatched, [])
+        if awaited:
+            self.rows.sweep(partition, awaited)
 
     def _own(self, attempts: Iterable[Attempt]) -> dict[str, Registration]:
         """The registrations of these attempts, by row key."""
@@ -283,18 +316,21 @@ class Tokens:
     # --- retention -------------------------------------------------------------------------
 
     def hold(self, partition: Partition, candidates: Sequence[StoredVersion], cut: int) -> int:
-        """Retention's cut, lowered to keep each version whose token-carrying
-        outputs were not dispatched yet, and the one before it (a duplicate is
-        handled again on it, and must find its checkpoint's ids)."""
-        sending = [r for r in candidates if r.tokens and r.version < cut]
+        """Retention's cut, lowered to keep each version whose outputs were
+        not dispatched yet (those carrying tokens, or a token consumer's), and
+        the one before it (a duplicate is handled again on it, and must find
+        its checkpoint's ids). A sender's checkpoint is made after its
+        version; a consumer's with it, and deleted once its outputs went out."""
+        sending = [r for r in candidates if (r.tokens or r.awaits) and r.version < cut]
         if not sending:
             return cut
         checkpoints = self.rows.checkpoints(partition)
         held = [
             r.version
             for r in sending
-            if not (c := checkpoints.get(r.message_id)) or not c.dispatched
-        ]
+            if (c := checkpoints.get(r.message_id)) is not None
+            if r.awaits or not c.dispatched
+        ] + [r.version for r in sending if r.tokens and r.message_id not in checkpoints]
         return min(cut, min(held) - 1) if held else cut
 
     def forget(self, partition: Partition, removed: Sequence[StoredVersion], cut: int) -> list[str]:
@@ -311,13 +347,3 @@ class Tokens:
             self.rows.forget(partition, sorted(ids), [r.row_key for r in leftovers], cut)
         marked = [m for m, c in stored.items() if c.retained is not None and c.retained <= cut]
         return sorted(ids | set(marked))
-
-
-def consumed_token(tokens: Tokens, messages: Sequence[Message], row_key: str) -> Message | None:
-    """The message whose token a refused write could not delete (already
-    consumed), if that is what failed."""
-    for message in messages:
-        token = tokens.token_in(message)
-        if token is not None and tokens.rows.store.token_row_key(token) == row_key:
-            return message
-    return None

@@ -27,7 +27,7 @@ from .._store import OutputRecord, StateStore
 from ._fold import Folder, consumed
 from ._records import record_in_the_way
 from ._strategy import Strategy
-from ._tokens import Tokens, consumed_token
+from ._tokens import Tokens
 
 __all__ = ["Writer", "store_batch"]
 
@@ -102,7 +102,7 @@ def store_batch(
             spent = None
             if exc.operation == "delete":
                 row_key = str(exc.entity.get("RowKey", ""))
-                spent = consumed_token(processor._tokens, messages, row_key)
+                spent = processor._tokens.consumed(messages, row_key)
             if spent is not None:  # its token is gone: processed before, however long ago
                 stored[spent.id] = consumed(spent)
                 header.read_instead()

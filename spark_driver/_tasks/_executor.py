@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 )
 
 from handlers import (
+    TOKEN_HEADER,
     HandlerFailedError,
     InMemoryPublisher,
     Message,
@@ -100,11 +101,19 @@ _log = logging.getLogger(__name__)
 
 def _outcome_row(message_id: str | None, key: str | None, type_: str | None, status: str,
                  version: int | None, reason: str | None, conflicts: int = 0,
-                 raw: str | None = None, cause: str | None = None) -> tuple[Any, ...]:  # fmt: skip
+                 raw: str | None = None, cause: str | None = None,
+                 headers: dict[str, str] | None = None) -> tuple[Any, ...]:  # fmt: skip
     return result_row(
         OUTCOME, message_id=message_id, key=key, type=type_, status=status, version=version,
-        reason=reason, body=raw, conflicts=conflicts, cause=cause or status,
+        reason=reason, body=raw, conflicts=conflicts, cause=cause or status, headers=headers,
     )  # fmt: skip
+
+
+def _token_carried(processor: Processor[Any], message: Message) -> dict[str, str] | None:
+    """An outcome's headers: the token its message carried for the handler,
+    if any (the driver ends, after the commit, what its version awaits)."""
+    value = message.headers.get(TOKEN_HEADER, "")
+    return {TOKEN_HEADER: value} if value.startswith(f"{processor.handler.name}:") else None
 
 
 def _output_rows(
@@ -203,6 +212,7 @@ def _process_key(
                 outcome.reason,
                 conflicts,
                 cause=outcome.kind,
+                headers=_token_carried(processor, outcome.message),
             )
         )
         conflicts = 0

@@ -273,3 +273,47 @@ def test_a_rerun_without_tokens_marks_the_checkpoints_it_sent_again(
     executor.process(Message("d-1", "acct-a", "Deposit", {"amount": 5}))
     assert executor.retain("acct-a", keep_last=0) == 2
     assert token_rows(table, "acct-a") == {}
+
+
+@handler(H, Account, types=["Deposit", "Transfer", "Credit"])
+def notifying(state: Account, message: Message, ctx: HandlerContext) -> Any:
+    """The accounts handler, with a notice out of the system for every credit."""
+    accounts.handle(state, message, ctx)
+    if message.type == "Credit":
+        ctx.publish("Credited", {"amount": message.body["amount"], "balance": state.balance})
+
+
+def test_a_credit_whose_job_failed_before_its_commit_sends_its_notice_after_retention(
+    spark: SparkSession, tmp_path: Path, table_name: str
+) -> None:
+    """The receiver's version (its token consumed) awaits its own outputs:
+    stored by a task whose job failed before the commit, retention keeps it
+    until a rerun, replaying it, commits the notice; the driver then ends
+    the wait (no row left) and retention may remove it."""
+    table = client(table_name)
+    spec = f"{__name__}:notifying"
+    settings = JobSettings(table=table_name, handler=spec, tokens=True)
+    a, b = "acct-a", "acct-b"
+    run_batch(spark, write_jsonl(tmp_path / "in.jsonl", [transfer(1, a, b, 30)]),
+              str(tmp_path / "out1"), settings, partitions=2)  # fmt: skip
+    credits = str(tmp_path / "out1" / "outputs")
+    [credit] = [r for r in rows_of(spark, credits) if r["type"] == "Credit"]
+    message = Message(credit["message_id"], b, "Credit", json.loads(credit["body"]),
+                      credit["headers"])  # fmt: skip
+    # A task of a job that fails before its commit: stored, nothing committed.
+    executor = Processor(notifying, table, InMemoryPublisher(), tokens=True, dispatch="by_caller")
+    assert executor.process(message).status == "completed"
+    assert token_rows(table, b) == {f"{H}|TC-{message.id}": {"Tokens": [], "Dispatched": False}}
+    for n in (1, 2):
+        executor.process(Message(f"d-{n}", b, "Deposit", {"amount": 1}))
+    assert executor.retain(b, keep_last=1) == 0  # its notice was never committed
+    rerun = run_batch(spark, credits, str(tmp_path / "out2"), settings, **PARQUET)
+    notices = [r for r in rows_of(spark, str(tmp_path / "out2" / "outputs"))
+               if r["type"] == "Credited"]  # fmt: skip
+    assert [(r["source_message_id"], json.loads(r["body"])) for r in notices] == [
+        (message.id, {"amount": 30, "balance": 30})
+    ]
+    assert rerun.duplicates == 1
+    assert token_rows(table, b) == {}  # the driver ended the wait after the commit
+    assert executor.retain(b, keep_last=1) == 1
+    assert balance(table_name, b) == 32
