@@ -11,8 +11,9 @@ import pytest
 from azure.data.tables import TableClient
 
 from azurite.proxy import Action, Proxy, Request
-from handlers import InMemoryPublisher, Message, Processor
+from handlers import HeaderCache, InMemoryPublisher, Message, Processor
 from streamstone_py import RetryPolicy, WireTableClient
+from tests.test_handlers_cache import counted
 from tests.test_tokens_awaiting import _credits
 from tests.test_tokens_compositions import wallets
 from tests.tokening import token_rows
@@ -65,3 +66,20 @@ def test_a_lost_answer_around_the_awaited_notice(
         ("Credited", str({"amount": 1, "balance": 1}))
     }
     through.close()
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, 2), (24, 2), (30, 3), (60, 4)])
+def test_what_a_token_consumer_with_outputs_pays(
+    connection_string: str, table: TableClient, game: str, n: int, expected: int
+) -> None:
+    """Its writes (four rows a credit: event, id, the token's delete, the
+    checkpoint; 24 a transaction) and one delete of the checkpoints per 100
+    after the publish (a header cache: no read)."""
+    a, b = f"{game}-a", f"{game}-b"
+    credits = _credits(table, a, b, n)
+    client, plan = counted(connection_string, table)
+    receiver = Processor(wallets, client, InMemoryPublisher(), tokens=True, cache=HeaderCache())
+    receiver.process(Message(f"{b}-d", b, "Deposit", {"amount": 1}))
+    before = plan.requests
+    assert {o.kind for o in receiver.process_batch(b, credits)} == {"completed"}
+    assert (plan.requests - before, token_rows(table, b)) == (expected, {})
