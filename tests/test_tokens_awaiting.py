@@ -173,3 +173,20 @@ def test_two_workers_racing_on_copies_send_the_awaited_notice_alike(
     assert [w.process(credit).kind for w in workers] == ["consumed", "consumed"]
     assert workers[0].current_state(b).state.balance == 3
     assert token_rows(table, b) == {}
+
+
+def test_a_by_caller_consumer_waits_for_its_callers_mark(table: TableClient, game: str) -> None:
+    """``dispatch="by_caller"`` outside Spark: the publish does not end the
+    wait; the caller's mark of the consumer's id does (as its docstring says)."""
+    a, b = f"{game}-a", f"{game}-b"
+    [credit] = _credits(table, a, b, 1)
+    out = InMemoryPublisher()
+    caller = Processor(wallets, table, out, tokens=True, dispatch="by_caller")
+    assert caller.process(credit).status == "completed"
+    caller.process(Message(f"{b}-d", b, "Deposit", {"amount": 2}))
+    assert token_rows(table, b) == {f"Wallets|TC-{credit.id}": {"Tokens": [], "Dispatched": False}}
+    assert caller.retain(b, keep_last=0) == 0
+    caller.mark_dispatched(b, [credit.id])
+    assert (token_rows(table, b), caller.retain(b, keep_last=0)) == ({}, 2)
+    assert caller.process(credit).kind == "consumed"
+    assert [(m.type, m.body) for m in out.deliveries] == [("Credited", {"amount": 1, "balance": 1})]
