@@ -190,3 +190,21 @@ def test_a_by_caller_consumer_waits_for_its_callers_mark(table: TableClient, gam
     assert (token_rows(table, b), caller.retain(b, keep_last=0)) == ({}, 2)
     assert caller.process(credit).kind == "consumed"
     assert [(m.type, m.body) for m in out.deliveries] == [("Credited", {"amount": 1, "balance": 1})]
+
+
+def test_a_stale_header_cache_meets_credits_another_worker_stored_unpublished(
+    table: TableClient, game: str
+) -> None:
+    a, b = f"{game}-a", f"{game}-b"
+    credits = _credits(table, a, b, 30)
+    out = InMemoryPublisher()
+    stale = Processor(wallets, table, out, tokens=True, cache=HeaderCache(), max_batch=40)
+    stale.process(Message(f"{b}-d", b, "Deposit", {"amount": 100}))  # cached at version 1
+    Processor(wallets, table, Fails(), tokens=True).process_batch(b, credits[:10])
+    outcomes = stale.process_batch(b, [*credits, credits[3]])
+    assert [o.status for o in outcomes] == 10 * ["duplicate"] + 20 * ["completed"] + ["duplicate"]
+    assert sorted(m.body["balance"] for m in out.deliveries) == sorted([*range(101, 131), 104])
+    assert token_rows(table, b) == {}
+    assert stale.retain(b, keep_last=0) == 31
+    assert {o.kind for o in stale.process_batch(b, credits)} == {"consumed"}
+    assert stale.current_state(b).state.balance == 130
