@@ -286,7 +286,9 @@ class Processor(KeyReader[S]):
         Call it once the publication of their outputs is final. Ids without an
         outbox row (removed by retention, or never stored) are skipped. Under
         the state strategy, the token checkpoints of those that sent tokens
-        are marked (one query: pass only those): retention waits for it."""
+        are marked, and those of messages that consumed a token and have
+        outputs deleted (one query: pass only such messages): retention waits
+        for it."""
         partition = self.store.partition(key)
         self._strategy.mark_dispatched(partition, message_ids)
         if self.strategy == "state" and message_ids:

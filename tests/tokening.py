@@ -8,7 +8,7 @@ from typing import Any
 
 from azure.data.tables import TableClient
 
-from handlers import Message, Processor
+from handlers import InMemoryPublisher, Message, Processor
 from handlers._batch._token_rows import Attempt, TokenRows
 from handlers._messages._codec import unpack
 from handlers._store import TOKEN_HEADER
@@ -104,3 +104,17 @@ def with_rows(processor: Processor[Any], point: str) -> CrashingRows:
     crashing = CrashingRows(tokens.rows, point)
     tokens.rows = crashing
     return crashing
+
+
+class FailsOnce(InMemoryPublisher):
+    """A publisher whose first publish fails (after the state is stored)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def publish(self, messages: Sequence[Message]) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OSError("the queue is down")
+        super().publish(messages)

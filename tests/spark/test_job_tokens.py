@@ -8,6 +8,7 @@ Azurite tables; states, token rows and output rows asserted exactly."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -283,8 +284,9 @@ def notifying(state: Account, message: Message, ctx: HandlerContext) -> Any:
         ctx.publish("Credited", {"amount": message.body["amount"], "balance": state.balance})
 
 
+@pytest.mark.parametrize("rerun_tokens", [True, False], ids=["rerun-tokens", "rerun-no-tokens"])
 def test_a_credit_whose_job_failed_before_its_commit_sends_its_notice_after_retention(
-    spark: SparkSession, tmp_path: Path, table_name: str
+    spark: SparkSession, tmp_path: Path, table_name: str, rerun_tokens: bool
 ) -> None:
     """The receiver's version (its token consumed) awaits its own outputs:
     stored by a task whose job failed before the commit, retention keeps it
@@ -307,7 +309,8 @@ def test_a_credit_whose_job_failed_before_its_commit_sends_its_notice_after_rete
     for n in (1, 2):
         executor.process(Message(f"d-{n}", b, "Deposit", {"amount": 1}))
     assert executor.retain(b, keep_last=1) == 0  # its notice was never committed
-    rerun = run_batch(spark, credits, str(tmp_path / "out2"), settings, **PARQUET)
+    again = dataclasses.replace(settings, tokens=rerun_tokens)  # a rerun may turn tokens off
+    rerun = run_batch(spark, credits, str(tmp_path / "out2"), again, **PARQUET)
     notices = [r for r in rows_of(spark, str(tmp_path / "out2" / "outputs"))
                if r["type"] == "Credited"]  # fmt: skip
     assert [(r["source_message_id"], json.loads(r["body"])) for r in notices] == [
