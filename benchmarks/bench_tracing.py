@@ -60,7 +60,9 @@ class _Untraced:
     """What ``processing`` yields, without a span or a measurement."""
 
     @contextmanager
-    def publishing(self, steps: Sequence[Step]) -> Iterator[list[Message]]:
+    def publishing(
+        self, steps: Sequence[Step], check: Callable[[Message], None] | None = None
+    ) -> Iterator[list[Message]]:
         yield [output for step in steps for output in step.outputs]
 
     def tell(self, outcomes: Sequence[Any]) -> None:
