@@ -4,9 +4,12 @@ be sent, and tokens turned on with versions stored before."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
+
 from azure.data.tables import TableClient
 
-from handlers import HandlerContext, InMemoryPublisher, Message, Processor, handler
+from handlers import TOKEN_HEADER, HandlerContext, InMemoryPublisher, Message, Processor, handler
 from handlers.examples import accounts, orders
 from tests.tokening import H, credits, token_rows
 
@@ -145,3 +148,40 @@ def test_by_caller_retention_waits_for_the_callers_mark(table: TableClient, game
     assert p.retain(a, keep_last=1) == 2  # t-1, t-2 (d-0 is d-1's base)
     assert token_rows(table, a) == {}
     assert p.current_state(a).state.balance == -5
+
+
+@dataclass
+class Timer:
+    fired: int = 0
+
+
+@handler("Timers", Timer, types=["Start", "Fire"])
+def timers(state: Timer, message: Message, ctx: HandlerContext) -> None:
+    if message.type == "Start":
+        ctx.schedule("Fire", {}, after=timedelta(minutes=5))
+    else:
+        state.fired += 1
+
+
+def test_a_timer_to_the_key_itself_carries_a_token_and_fires_once_however_late(
+    table: TableClient, game: str
+) -> None:
+    """``ctx.schedule`` to the handler's own key: the timer's message carries
+    a token, so a copy delivered after retention removed its version is
+    consumed, as a ``ctx.publish(..., key=...)`` is."""
+    publisher = InMemoryPublisher()
+    p = Processor(timers, table, publisher, tokens=True)
+    p.process(Message("start", game, "Start"))
+    [fire] = publisher.deliveries
+    assert (fire.type, fire.key, fire.due is not None) == ("Fire", game, True)
+    assert fire.headers[TOKEN_HEADER].startswith("Timers:")
+    assert p.process(fire).status == "completed"
+    p.process(Message("start-2", game, "Start"))
+    p.process(Message("start-3", game, "Start"))
+    assert p.retain(game, keep_last=1) >= 1
+    late = p.process(fire)
+    assert (late.status, late.kind, p.current_state(game).state.fired) == (
+        "duplicate",
+        "consumed",
+        1,
+    )
