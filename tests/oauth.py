@@ -84,3 +84,12 @@ class Issuer:
         self.scopes.append(scopes)
         self.issued.append(jwt(self.lifetime))
         return AccessToken(self.issued[-1], int(time.time() + self.lifetime))
+
+
+def bearer_client(kind: Any, azurite: Any, table: str) -> tuple[Issuer, Any]:
+    """A table client of ``kind`` on the OAuth Azurite's HTTPS endpoint, with
+    the issuer of its bearer tokens (to look for them in what it leaves)."""
+    assert azurite.https is not None
+    issuer = Issuer(lifetime=3600)
+    verify = str(azurite.https[0])
+    return issuer, kind(azurite.endpoint, table, credential=issuer, connection_verify=verify)

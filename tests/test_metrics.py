@@ -23,7 +23,7 @@ from handlers import InMemoryPublisher, Processor, QueueConsumer
 from streamstone_py import ConcurrencyConflictError, EventData, Partition, Stream, WireTableClient
 from tests.helpers import S
 from tests.metrics import points, texts_of_metrics
-from tests.oauth import Issuer
+from tests.oauth import bearer_client
 from tests.queueing import add, send, tally
 from tests.test_wire_credentials import _endpoint, _key, _sas
 
@@ -133,10 +133,7 @@ def test_no_key_sas_or_token_in_any_metric(
                                     meters)  # fmt: skip
     assert [t for t in texts if signature in t or "sig=" in t or "?" in t] == []
 
-    assert oauth_azurite.https is not None
-    issuer = Issuer(lifetime=3600)
-    verify = str(oauth_azurite.https[0])
-    bearer = kind(oauth_azurite.endpoint, oauth_table, credential=issuer, connection_verify=verify)
+    issuer, bearer = bearer_client(kind, oauth_azurite, oauth_table)
     texts = _metrics_of_a_roundtrip(bearer, meters)
     assert issuer.issued
     leaked = [t for t in texts if any(token in t or token[:20] in t for token in issuer.issued)]

@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from azurite.launcher import AzuriteTable
 from streamstone_py import ConcurrencyConflictError, EventData, Partition, Stream, WireTableClient
 from tests.helpers import S, azurite_port
-from tests.oauth import Issuer
+from tests.oauth import bearer_client
 from tests.test_wire_credentials import _endpoint, _key, _sas
 from tests.tracing import texts_of
 
@@ -165,10 +165,7 @@ def test_no_bearer_token_in_any_span(
     oauth_table: str,
     spans: InMemorySpanExporter,
 ) -> None:
-    assert oauth_azurite.https is not None
-    issuer = Issuer(lifetime=3600)
-    verify = str(oauth_azurite.https[0])
-    client = kind(oauth_azurite.endpoint, oauth_table, credential=issuer, connection_verify=verify)
+    issuer, client = bearer_client(kind, oauth_azurite, oauth_table)
     texts = _spans_of_a_roundtrip(client, spans)
     assert issuer.issued
     leaked = [t for t in texts if any(token in t or token[:20] in t for token in issuer.issued)]
