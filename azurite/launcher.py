@@ -38,6 +38,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -249,7 +250,7 @@ class AzuriteTable:
             self._location.mkdir(parents=True, exist_ok=True)
             args += ["--location", str(self._location)]
         self._log = Path(self._workdir.name) / "azurite.log"
-        with open(self._log, "ab") as log:
+        with open(self._log, "ab") as log, _signals_held():
             self._process = subprocess.Popen(
                 args,
                 cwd=self._workdir.name,
@@ -349,6 +350,37 @@ def _raise_signalled(signum: int, frame: object) -> None:
     raise _Signalled(signum)
 
 
+_STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP while a child is spawned and its pid kept.
+
+    Python raises a signal's exception at any bytecode: one raised inside
+    ``Popen``, after the child started, unwinds before anyone holds its pid,
+    and nobody stops that child. Held, the signal's own handler runs as the
+    block ends, when the caller can stop the child.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python runs signal handlers in the main thread alone
+        return
+    held: list[int] = []
+    handlers = {}
+    for sig in _STOPPING_SIGNALS:
+        handler = signal.getsignal(sig)
+        if callable(handler):  # SIG_DFL, SIG_IGN and C-level handlers stay as they are
+            handlers[sig] = handler
+            signal.signal(sig, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        for signum in held[:1]:  # the first one decides how the launcher unwinds
+            handlers[signal.Signals(signum)](signum, None)
+
+
 def _exit_status(returncode: int) -> int:
     """A child killed by signal N exits as a shell reports it: 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -402,14 +434,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.serve:
                 return _serve(azurite)
             env = dict(os.environ, **{CONNECTION_STRING_ENV: azurite.connection_string})
-            child = subprocess.Popen(command, env=env)
+            child: subprocess.Popen[bytes] | None = None
             try:
+                with _signals_held():
+                    child = subprocess.Popen(command, env=env)
                 return _exit_status(child.wait())
             except KeyboardInterrupt:
-                _stop_child(child, signal.SIGINT)
+                if child is not None:
+                    _stop_child(child, signal.SIGINT)
                 return 128 + signal.SIGINT
             except _Signalled as signalled:
-                _stop_child(child, signalled.signum)
+                if child is not None:
+                    _stop_child(child, signalled.signum)
                 return 128 + signalled.signum
             finally:
                 print("azurite: stopped", file=sys.stderr)

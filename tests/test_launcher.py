@@ -316,3 +316,69 @@ def test_serve_and_a_command_are_refused_together() -> None:
     )
     assert done.returncode == 2
     assert "give either --serve or a command, not both" in done.stderr
+
+
+# Runs in a Python of its own: its Popen, once the child runs, takes a signal
+# before it returns (as a Ctrl-C or SIGTERM can come at any bytecode) and
+# writes the child's pid for the test to check.
+SIGNAL_AS_POPEN_RETURNS = """
+import os, signal, subprocess, sys
+from azurite import launcher
+
+real = subprocess.Popen
+pid_file, target, signum = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+class SignalledOnReturn(real):
+    def __init__(self, args, *rest, **options):
+        super().__init__(args, *rest, **options)
+        if os.path.basename(str(args[0])) == target:
+            with open(pid_file + ".tmp", "w") as out:
+                out.write(f"{self.pid}\\n")
+            os.rename(pid_file + ".tmp", pid_file)
+            signal.raise_signal(signum)
+
+subprocess.Popen = SignalledOnReturn
+"""
+
+
+def test_ctrl_c_as_azurite_is_spawned_leaves_no_process(tmp_path: Path) -> None:
+    """A signal inside Popen, after the child started, used to unwind before
+    the launcher kept its pid: the child was left running with nobody to stop it."""
+    pid_file = tmp_path / "pid"
+    fake = tmp_path / "azurite-table"
+    fake.write_text("#!/bin/sh\nexec sleep 120\n")
+    fake.chmod(0o755)
+    script = SIGNAL_AS_POPEN_RETURNS + (
+        f"launcher.AzuriteTable(binary={str(fake)!r}, startup_timeout=120).start()\n"
+    )
+    # A file, not a pipe: a child left running would hold a pipe open.
+    with open(tmp_path / "err", "w") as err:
+        subprocess.run(
+            [sys.executable, "-c", script, str(pid_file), fake.name, str(int(signal.SIGINT))],
+            cwd=ROOT, stderr=err, timeout=60,
+        )  # fmt: skip
+    assert "KeyboardInterrupt" in (tmp_path / "err").read_text()
+    fake_pid = int(_wait_for(pid_file, timeout=5))
+    deadline = time.monotonic() + 10
+    while not _gone(fake_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(fake_pid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_as_the_command_is_spawned_stops_it_and_azurite(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    pid_file = tmp_path / "pid"
+    script = SIGNAL_AS_POPEN_RETURNS + "sys.exit(launcher.main(['--', 'sleep', '120']))\n"
+    with open(tmp_path / "err", "w") as err:  # a file: the command may hold a pipe open
+        launcher = subprocess.run(
+            [sys.executable, "-c", script, str(pid_file), "sleep", str(int(sig))],
+            cwd=ROOT, stderr=err, timeout=60,
+        )  # fmt: skip
+    stderr = (tmp_path / "err").read_text()
+    assert launcher.returncode == 128 + sig, stderr
+    command_pid = int(_wait_for(pid_file, timeout=5))
+    assert _gone(command_pid)
+    port = int(stderr.split("Table service on http://127.0.0.1:")[1].split("/")[0])
+    assert not launcher_answers(port)
