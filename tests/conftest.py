@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
@@ -31,6 +32,13 @@ from tests.helpers import azurite_port, register_raw, wait
 from tests.metrics import measuring
 from tests.oauth import certificate
 from tests.tracing import recording
+
+# Every JVM the tests start (the shared session's, and those of the commands
+# and docs blocks they run) compiles with C1 alone and collects serially: its
+# jobs last seconds, and on two cores C2's and G1's threads took a third of
+# the Spark tests' CPU. The JIT and the collector change how fast, never
+# what; the benchmarks and the commands keep the JVM's defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")
