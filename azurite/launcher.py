@@ -40,9 +40,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Literal
 
 __all__ = ["CONNECTION_STRING_ENV", "AzuriteError", "AzuriteTable", "main"]
@@ -214,6 +214,9 @@ class AzuriteTable:
             self._workdir = tempfile.TemporaryDirectory(prefix="azurite-")
         attempts = 1 if self.port is not None else 5
         last_error = ""
+        # From before the spawn: a daemon thread still starting Azurite when the
+        # interpreter exits (Ctrl-C in the main thread) leaves it to this.
+        atexit.register(self.stop)
         try:
             for _ in range(attempts):
                 # A port found free may be taken before Azurite binds it: then
@@ -222,7 +225,6 @@ class AzuriteTable:
                 started, last_error = self._spawn(port)
                 if started:
                     self.port = port
-                    atexit.register(self.stop)
                     return
         except BaseException:
             self._terminate()  # Ctrl-C or a signal during start-up: no orphan
@@ -274,19 +276,21 @@ class AzuriteTable:
         return False, f"port {port}: {output.strip() or 'no answer in time'}"
 
     def _terminate(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
+        # The process is forgotten only once it is gone: a signal that cuts this
+        # short leaves it to the next stop() (at exit at the latest).
+        process = self._process
+        if process is None:
             return
         # SIGINT is Azurite's graceful stop: it saves its on-disk database first.
         # SIGTERM ends it at once, losing the writes since its last autosave.
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            if process.poll() is not None:
+                break
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, sig)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=10)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        self._process = None
 
     def stop(self, service: Service | None = None) -> None:
         """Stop the services, or ``service`` (``"table"`` or ``"queue"``) alone,
@@ -366,7 +370,7 @@ def _signals_held() -> Iterator[None]:
         yield  # Python runs signal handlers in the main thread alone
         return
     held: list[int] = []
-    handlers = {}
+    handlers: dict[int, Callable[[int, FrameType | None], object]] = {}
     for sig in _STOPPING_SIGNALS:
         handler = signal.getsignal(sig)
         if callable(handler):  # SIG_DFL, SIG_IGN and C-level handlers stay as they are
@@ -375,10 +379,23 @@ def _signals_held() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        for signum in held[:1]:  # the first one decides how the launcher unwinds
-            handlers[signal.Signals(signum)](signum, None)
+        late: list[BaseException] = []  # from signals that came as handlers went back
+        for signum, handler in handlers.items():
+            # A signal whose handler is already back runs it inside the next
+            # signal.signal(), before that one's handler is put back: retry it.
+            while signal.getsignal(signum) is not handler:
+                try:
+                    signal.signal(signum, handler)
+                except BaseException as error:
+                    late.append(error)
+        raised: list[BaseException] = []
+        for signum in dict.fromkeys(held):  # each signal's handler once, in order
+            try:
+                handlers[signum](signum, None)
+            except BaseException as error:
+                raised.append(error)
+        if raised or late:  # the first signal decides how the caller unwinds
+            raise (raised + late)[0]
 
 
 def _exit_status(returncode: int) -> int:
@@ -387,14 +404,17 @@ def _exit_status(returncode: int) -> int:
 
 
 def _stop_child(child: subprocess.Popen[bytes], signum: int) -> int:
-    """Pass the signal on, give the child a moment, then make sure it is gone."""
-    with contextlib.suppress(ProcessLookupError):
-        child.send_signal(signum)
+    """Pass the signal on, give the child a moment, then make sure it is gone:
+    at once if another signal cuts the moment short."""
     try:
-        return child.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        return child.wait()
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=10)
+    finally:
+        if child.returncode is None:
+            child.kill()
+    return child.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
