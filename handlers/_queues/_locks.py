@@ -58,7 +58,11 @@ class Held:
 
 
 def lost_lock(exc: HttpResponseError) -> bool:
-    """The service refused the pop receipt: the message is another receive's now."""
+    """The service refused the pop receipt: the message is another receive's now.
+    A queue deleted meanwhile (404 QueueNotFound) is not: no receive holds its
+    messages any more, and the call failed for the queue's sake."""
+    if getattr(exc, "error_code", None) == "QueueNotFound":
+        return False
     return isinstance(exc, ResourceNotFoundError) or exc.status_code in (400, 404)
 
 
