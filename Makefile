@@ -86,15 +86,18 @@ test-cluster: setup
 # The chaos harness; e.g. `make chaos DURATION=600 THREADS=2 PROCESSES=2 SEED=7`.
 # `make chaos MODE=queue`: on Azurite's Queue service, with QueueConsumer workers.
 # `make chaos MODE=tokens`: key-to-key messages with tokens, retention, every credit again.
+# `make chaos TRACING=1`: the OpenTelemetry SDK behind every worker (broker mode).
 DURATION ?= 60
 THREADS ?= 2
 PROCESSES ?= 2
 SEED ?= 1
 RESTARTS ?= 2
 MODE ?= broker
+TRACING ?=
 chaos: setup
 	$(PY) -m tests.chaos --duration $(DURATION) --threads $(THREADS) \
-		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS) --mode $(MODE)
+		--processes $(PROCESSES) --seed $(SEED) --restarts $(RESTARTS) --mode $(MODE) \
+		$(if $(TRACING),--tracing)
 
 # Mutation testing of the core modules (tests/mutate/modules.toml) against an
 # Azurite of its own, each mutant against the tests that run its lines: the

@@ -2,9 +2,10 @@
 consumer runs, messages sent all along; when it comes back, every message
 is stored once and the poison queue is empty.
 
-``STREAMSTONE_OUTAGE_SECONDS`` sets the outage (20 s here: longer than the
-backoffs in which the receives of a churning consumer would poison; the
-issue's two minutes pass the same way, run with 120)."""
+``STREAMSTONE_OUTAGE_SECONDS`` sets the outage (12 s here: three times the
+backoffs, 1 s then 2 s, in which a churning consumer's three receives of a
+message would poison it; the issue's two minutes pass the same way, run
+with 120)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from handlers import InMemoryPublisher, Processor, QueueConsumer
 from streamstone_py import RetryPolicy, WireTableClient
 from tests.queueing import Tally, add, poison_of, send, tally
 
-OUTAGE = float(os.environ.get("STREAMSTONE_OUTAGE_SECONDS", "20"))
+OUTAGE = float(os.environ.get("STREAMSTONE_OUTAGE_SECONDS", "12"))
 
 
 @pytest.mark.timeout(OUTAGE + 240)
