@@ -215,7 +215,9 @@ class AzuriteTable:
         attempts = 1 if self.port is not None else 5
         last_error = ""
         # From before the spawn: a daemon thread still starting Azurite when the
-        # interpreter exits (Ctrl-C in the main thread) leaves it to this.
+        # interpreter exits (Ctrl-C in the main thread) leaves it to this. Once
+        # per instance, however often it is restarted.
+        atexit.unregister(self.stop)
         atexit.register(self.stop)
         try:
             for _ in range(attempts):
